@@ -1,0 +1,125 @@
+"""Frozen settings: how to generate, and which model pairs the project knows by name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_K = 32  # longest draft the engine accepts
+MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
+DRAFTERS = ("model", "lookup", "auto", "none")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 64  # stop after this many new tokens
+    k: int = 5  # draft length (the starting length when adaptive)
+    adaptive_k: bool = False  # +2 after a fully accepted draft, -1 otherwise, within [1, k_max]
+    k_max: int = 16  # upper bound for adaptive K
+    draft_confidence: float = 0.0  # stop drafting once the draft's top probability falls below this; 0 = off
+    temperature: float = 0.0  # 0 = greedy; otherwise rejection sampling at this temperature
+    top_k: int = 0  # keep only the k most likely tokens; 0 = off
+    top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1 = off
+    seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
+    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
+    lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "GenerationConfig":
+        """Raise ValueError naming the first field outside its allowed range; return self."""
+        _check_int("k", self.k, 1, MAX_K)
+        _check_int("k_max", self.k_max, 1, MAX_K)
+        _check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_CAP)
+        _check_int("top_k", self.top_k, 0, None)
+        _check_int("seed", self.seed, 0, None)
+        _check_int("lookup_ngram", self.lookup_ngram, 1, 16)
+        if not _is_number(self.temperature) or self.temperature < 0 or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_number(self.draft_confidence) or not 0 <= self.draft_confidence < 1:
+            raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence!r}")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        return self
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value, low: int, high: int | None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+    if not ok:
+        allowed = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer in {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PairPreset:
+    name: str
+    target_id: str  # Hub id of the target model
+    draft_id: str  # Hub id of the draft model
+    description: str
+    bundle: str | None = None  # name of the offline bundle that provides this pair, if any
+    needs_gpu: bool = False  # too slow to be useful on a CPU
+    licence: str = ""
+    chat: bool = True  # instruction-tuned: wrap prompts in the chat template by default
+
+
+PRESETS: dict[str, PairPreset] = {
+    p.name: p
+    for p in [
+        PairPreset(
+            name="qwen2.5-coder-1.5b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 1.5B checked by a 0.5B draft; runs on a laptop CPU",
+            bundle="qwen2.5-coder-gguf",
+            licence="Apache-2.0",
+        ),
+        PairPreset(
+            name="qwen2.5-coder-7b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-7B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU",
+            needs_gpu=True,
+            licence="Apache-2.0",
+        ),
+        PairPreset(
+            name="smollm2-1.7b/135m",
+            target_id="HuggingFaceTB/SmolLM2-1.7B-Instruct",
+            draft_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+            description="SmolLM2 1.7B checked by a 135M draft",
+            licence="Apache-2.0",
+        ),
+        PairPreset(
+            name="tiny-random",
+            target_id="(built in code)",
+            draft_id="(built in code)",
+            description="tiny random models built in code, for tests and offline checks (output is gibberish)",
+            licence="(none: generated)",
+            chat=False,
+        ),
+    ]
+}
+DEFAULT_PAIR = "qwen2.5-coder-1.5b/0.5b"
+
+
+def get_preset(name: str) -> PairPreset:
+    if name not in PRESETS:
+        raise ValueError(f"pair must be one of {', '.join(PRESETS)}, got {name!r}")
+    return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a run was: shown in JSON output and in the UI."""
+
+    pair: str
+    device: str
+    dtype: str
+    config: GenerationConfig = field(default_factory=GenerationConfig)
