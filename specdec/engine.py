@@ -32,13 +32,13 @@ def generate(
     *,
     chat: bool | None = None,
     stop: threading.Event | None = None,
-) -> Iterator[StepEvent]:
+) -> "Decoding":
     """Validate the input, then stream one StepEvent per target forward pass."""
     config.validate()
     prompt_ids = pair.encode_prompt(prompt, chat=pair.chat if chat is None else chat, max_new_tokens=config.max_new_tokens)
     if config.drafter in ("model", "auto") and pair.draft is None:
         raise ValueError(f"drafter 'model' needs a draft model, and pair {pair.name!r} has none")
-    return decode(pair, prompt_ids, config, stop)
+    return Decoding(pair, prompt_ids, config, stop)
 
 
 class DraftLength:
@@ -54,107 +54,117 @@ class DraftLength:
             self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
 
 
-def decode(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, stop=None) -> Iterator[StepEvent]:
-    device = pair.device
-    generator = torch.Generator(device=device).manual_seed(config.seed)  # seeded once per run
-    target = CachedModel(pair.target, pair.vocab_size)
-    model_drafter = ModelDrafter(pair.draft, pair.vocab_size, config, generator) if config.drafter in ("model", "auto") else None
-    lookup = LookupDrafter(config.lookup_ngram) if config.drafter in ("lookup", "auto") else None
-    draft_length = DraftLength(config)
-    seq = list(prompt_ids)
-    text = TextTracker(pair.tokenizer, seq)
+class Decoding:
+    """One generation run; iterate it for the StepEvents. Its caches are open to inspection
+    (the tests check the rollback after every step)."""
 
-    prefix = torch.tensor(seq[:-1], device=device)
-    target.prefill(prefix)
-    if model_drafter:
-        model_drafter.prefill(prefix)
+    def __init__(self, pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, stop=None):
+        self.pair, self.config, self.stop = pair, config, stop
+        self.generator = torch.Generator(device=pair.device).manual_seed(config.seed)  # seeded once per run
+        self.target = CachedModel(pair.target, pair.vocab_size)
+        uses_model = config.drafter in ("model", "auto")
+        self.model_drafter = ModelDrafter(pair.draft, pair.vocab_size, config, self.generator) if uses_model else None
+        self.lookup = LookupDrafter(config.lookup_ngram) if config.drafter in ("lookup", "auto") else None
+        self.seq = list(prompt_ids)  # prompt + emitted tokens
 
-    start = time.perf_counter()
-    total = 0
-    for step in range(config.max_new_tokens):
-        if stop is not None and stop.is_set():
-            return
-        # Leave room for the target's own token so a step never overshoots max_new_tokens.
-        k = 0 if config.drafter == "none" else min(draft_length.k, config.max_new_tokens - total - 1)
+    def __iter__(self) -> Iterator[StepEvent]:
+        pair, config, stop, generator = self.pair, self.config, self.stop, self.generator
+        target, model_drafter, lookup, seq = self.target, self.model_drafter, self.lookup, self.seq
+        device = pair.device
+        draft_length = DraftLength(config)
+        text = TextTracker(pair.tokenizer, seq)
 
-        t0 = time.perf_counter()
-        draft = propose(seq, k, lookup, model_drafter, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()  # only so draft and verify seconds are measured apart
-        t1 = time.perf_counter()
-
-        # One target pass over the last token and the K drafts scores K+1 positions.
-        logits = target.forward(torch.cat([torch.tensor(seq[-1:], device=device), draft.ids]), last_only=False)  # (K+1, V)
-        probs = probs_from_logits(logits, config.temperature, config.top_k, config.top_p)  # (K+1, V)
-        if config.greedy:
-            n_accepted, next_token = greedy_accept(draft.ids, logits)
-        else:
-            n_accepted, next_token = speculative_sample(draft.ids, probs, draft.q, generator)
-        n_drafted = draft.ids.shape[0]
-        rows = torch.arange(n_drafted, device=device)
-        p_drafted = probs[rows, draft.ids]  # (K,)
-        q_drafted = draft.q[rows, draft.ids] if draft.q is not None else torch.ones(n_drafted, device=device)
-        top2 = logits.float().topk(2, dim=-1).values  # (K+1, 2)
-        # The one host sync of a step: everything the event needs, in one transfer.
-        fetched = torch.cat([
-            torch.stack([n_accepted, next_token]).double(), draft.ids.double(),
-            p_drafted.double(), q_drafted.double(), (top2[:, 0] - top2[:, 1]).double(),
-        ]).tolist()
-        t2 = time.perf_counter()
-
-        n, token = int(fetched[0]), int(fetched[1])
-        drafted = [int(t) for t in fetched[2 : 2 + n_drafted]]
-        p_target = fetched[2 + n_drafted : 2 + 2 * n_drafted]
-        p_draft = fetched[2 + 2 * n_drafted : 2 + 3 * n_drafted]
-        margins = fetched[2 + 3 * n_drafted :]  # (K+1,)
-        emitted = drafted[:n] + [token]
-        kind = PLAIN if not drafted else BONUS if n == n_drafted else CORRECTION
-        finish = None
-
-        # An end-of-sequence token ends the run where it stands, even inside the accepted drafts.
-        eos_at = next((i for i, t in enumerate(emitted) if t in pair.eos_ids), None)
-        if eos_at is not None:
-            finish = FINISH_EOS
-            if eos_at < n:
-                drafted, n, emitted, kind = drafted[: eos_at + 1], eos_at + 1, emitted[: eos_at + 1], EOS_ACCEPTED
-                p_target, p_draft = p_target[: n], p_draft[: n]
-
-        # Roll back: drop what the target rejected from both caches.
-        length_before = len(seq)
-        seq.extend(emitted)
-        target.crop(len(seq) - 1)
+        prefix = torch.tensor(seq[:-1], device=device)
+        target.prefill(prefix)
         if model_drafter:
-            model_drafter.sync(length_before + n)
+            model_drafter.prefill(prefix)
 
-        accepted_text = text.commit(drafted[:n])
-        rejected_text = text.pieces(drafted[n:])
-        emitted_text = accepted_text + (text.commit(emitted[n:]) if kind != EOS_ACCEPTED else [])
-        total += len(emitted)
-        if finish is None and total >= config.max_new_tokens:
-            finish = FINISH_LENGTH
-        if finish is not None and text.remainder():
-            emitted_text[-1] += text.remainder()  # an unfinished character at the very end
-        yield StepEvent(
-            step=step,
-            drafted=tuple(drafted),
-            accepted=n,
-            emitted=tuple(emitted),
-            kind=kind,
-            p_target=tuple(p_target),
-            p_draft=tuple(p_draft),
-            draft_s=t1 - t0,
-            verify_s=t2 - t1,
-            total_tokens=total,
-            elapsed_s=time.perf_counter() - start,
-            emitted_text=tuple(emitted_text),
-            drafted_text=tuple(accepted_text + rejected_text),
-            margins=tuple(margins[: len(emitted)]),
-            k=k,
-            finish=finish,
-        )
-        if finish is not None:
-            return
-        draft_length.update(len(drafted), n)
+        start = time.perf_counter()
+        total = 0
+        for step in range(config.max_new_tokens):
+            if stop is not None and stop.is_set():
+                return
+            # Leave room for the target's own token so a step never overshoots max_new_tokens.
+            k = 0 if config.drafter == "none" else min(draft_length.k, config.max_new_tokens - total - 1)
+
+            t0 = time.perf_counter()
+            draft = propose(seq, k, lookup, model_drafter, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # only so draft and verify seconds are measured apart
+            t1 = time.perf_counter()
+
+            # One target pass over the last token and the K drafts scores K+1 positions.
+            logits = target.forward(torch.cat([torch.tensor(seq[-1:], device=device), draft.ids]), last_only=False)  # (K+1, V)
+            probs = probs_from_logits(logits, config.temperature, config.top_k, config.top_p)  # (K+1, V)
+            if config.greedy:
+                n_accepted, next_token = greedy_accept(draft.ids, logits)
+            else:
+                n_accepted, next_token = speculative_sample(draft.ids, probs, draft.q, generator)
+            n_drafted = draft.ids.shape[0]
+            rows = torch.arange(n_drafted, device=device)
+            p_drafted = probs[rows, draft.ids]  # (K,)
+            q_drafted = draft.q[rows, draft.ids] if draft.q is not None else torch.ones(n_drafted, device=device)
+            top2 = logits.float().topk(2, dim=-1).values  # (K+1, 2)
+            # The one host sync of a step: everything the event needs, in one transfer.
+            fetched = torch.cat([
+                torch.stack([n_accepted, next_token]).double(), draft.ids.double(),
+                p_drafted.double(), q_drafted.double(), (top2[:, 0] - top2[:, 1]).double(),
+            ]).tolist()
+            t2 = time.perf_counter()
+
+            n, token = int(fetched[0]), int(fetched[1])
+            drafted = [int(t) for t in fetched[2 : 2 + n_drafted]]
+            p_target = fetched[2 + n_drafted : 2 + 2 * n_drafted]
+            p_draft = fetched[2 + 2 * n_drafted : 2 + 3 * n_drafted]
+            margins = fetched[2 + 3 * n_drafted :]  # (K+1,)
+            emitted = drafted[:n] + [token]
+            kind = PLAIN if not drafted else BONUS if n == n_drafted else CORRECTION
+            finish = None
+
+            # An end-of-sequence token ends the run where it stands, even inside the accepted drafts.
+            eos_at = next((i for i, t in enumerate(emitted) if t in pair.eos_ids), None)
+            if eos_at is not None:
+                finish = FINISH_EOS
+                if eos_at < n:
+                    drafted, n, emitted, kind = drafted[: eos_at + 1], eos_at + 1, emitted[: eos_at + 1], EOS_ACCEPTED
+                    p_target, p_draft = p_target[: n], p_draft[: n]
+
+            # Roll back: drop what the target rejected from both caches.
+            length_before = len(seq)
+            seq.extend(emitted)
+            target.crop(len(seq) - 1)
+            if model_drafter:
+                model_drafter.sync(length_before + n)
+
+            accepted_text = text.commit(drafted[:n])
+            rejected_text = text.pieces(drafted[n:])
+            emitted_text = accepted_text + (text.commit(emitted[n:]) if kind != EOS_ACCEPTED else [])
+            total += len(emitted)
+            if finish is None and total >= config.max_new_tokens:
+                finish = FINISH_LENGTH
+            if finish is not None and text.remainder():
+                emitted_text[-1] += text.remainder()  # an unfinished character at the very end
+            yield StepEvent(
+                step=step,
+                drafted=tuple(drafted),
+                accepted=n,
+                emitted=tuple(emitted),
+                kind=kind,
+                p_target=tuple(p_target),
+                p_draft=tuple(p_draft),
+                draft_s=t1 - t0,
+                verify_s=t2 - t1,
+                total_tokens=total,
+                elapsed_s=time.perf_counter() - start,
+                emitted_text=tuple(emitted_text),
+                drafted_text=tuple(accepted_text + rejected_text),
+                margins=tuple(margins[: len(emitted)]),
+                k=k,
+                finish=finish,
+            )
+            if finish is not None:
+                return
+            draft_length.update(len(drafted), n)
 
 
 def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDrafter | None, device) -> Draft:

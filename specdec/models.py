@@ -50,6 +50,13 @@ class ModelPair:
     dtype: torch.dtype
     chat: bool  # wrap prompts in the chat template by default
     source: str = ""  # where the weights came from, for the record
+    eos_ids: frozenset[int] = frozenset()  # tokens that end a run (filled in from the models when empty)
+
+    def __post_init__(self):
+        if not self.eos_ids:
+            ids = self.target.generation_config.eos_token_id
+            ids = ids if isinstance(ids, list) else [ids]
+            self.eos_ids = frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
 
     @property
     def vocab_size(self) -> int:
@@ -58,14 +65,6 @@ class ModelPair:
         if self.draft is not None:
             sizes.append(self.draft.get_output_embeddings().weight.shape[0])
         return min(sizes)
-
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        ids = self.target.generation_config.eos_token_id
-        ids = ids if isinstance(ids, list) else [ids]
-        if self.tokenizer.eos_token_id is not None:
-            ids = [*ids, self.tokenizer.eos_token_id]
-        return frozenset(i for i in ids if i is not None)
 
     @property
     def context(self) -> int:

@@ -1,0 +1,69 @@
+"""Greedy speculative output is token-identical to greedy plain output (fp32, tiny-random)."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import run_checked, tokens
+from specdec.config import GenerationConfig
+from specdec.events import EOS_ACCEPTED
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_pair):
+    return tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=48)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 8])
+@pytest.mark.parametrize("drafter", ["model", "lookup", "auto"])
+def test_speculative_equals_plain(tiny_pair, plain, k, drafter):
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(drafter=drafter, k=k, max_new_tokens=48))
+    assert tokens(events) == plain
+    assert sum(len(e.drafted) for e in events) > 0  # the drafter really proposed something
+
+
+def test_adaptive_k_and_early_stop_keep_output(tiny_pair, plain):
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=2, adaptive_k=True, draft_confidence=0.5, max_new_tokens=48))
+    assert tokens(events) == plain
+    assert len({e.k for e in events}) > 1  # K really moved
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+def test_max_new_tokens_smaller_than_k(tiny_pair, plain, drafter):
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(drafter=drafter, k=8, max_new_tokens=3))
+    assert tokens(events) == plain[:3]
+    assert events[-1].finish == "length"
+
+
+def test_eos_inside_an_accepted_draft(tiny_pair, plain):
+    # Declare as end-of-sequence a token that a draft proposed and the target accepted before the
+    # end of its draft, so the run must stop inside the draft exactly where plain decoding stops.
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=5, max_new_tokens=48))
+    candidates = [
+        e.drafted[i] for e in events for i in range(e.accepted - 1)
+        if e.drafted[i] not in plain[: plain.index(e.drafted[i])]
+    ]
+    assert candidates, "no accepted draft token to turn into EOS"
+    pair = replace(tiny_pair, eos_ids=frozenset({candidates[0]}))
+    cut = plain.index(candidates[0]) + 1
+    for drafter in ("model", "none"):
+        events = run_checked(pair, PROMPT, GenerationConfig(drafter=drafter, k=5, max_new_tokens=48))
+        assert tokens(events) == plain[:cut]
+        assert events[-1].finish == "eos"
+    spec = run_checked(pair, PROMPT, GenerationConfig(k=5, max_new_tokens=48))
+    assert spec[-1].kind == EOS_ACCEPTED
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny_pair):
+    config = GenerationConfig(temperature=1.0, top_p=0.9, k=4, seed=7, max_new_tokens=32)
+    first = tokens(run_checked(tiny_pair, PROMPT, config))
+    assert first == tokens(run_checked(tiny_pair, PROMPT, config))
+    assert first != tokens(run_checked(tiny_pair, PROMPT, replace(config, seed=8)))
+
+
+def test_text_pieces_join_to_the_decoded_output(tiny_pair):
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, max_new_tokens=48))
+    decoded = tiny_pair.tokenizer.decode(tokens(events), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    assert "".join(t for e in events for t in e.emitted_text) == decoded
