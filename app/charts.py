@@ -1,0 +1,91 @@
+"""StepEvents -> plotly figures for gr.Plot. They are redrawn while a run streams, so they stay small:
+fixed height, thin margins, no template lookups, transparent background (readable in light and dark mode)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from specdec.events import StepEvent
+
+from . import palette
+
+HEIGHT = 260
+_AXIS = dict(gridcolor="rgba(128,128,128,0.25)", zerolinecolor="rgba(128,128,128,0.4)")
+
+
+def _figure(title: str, x_title: str, y_title: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title=dict(text=title, x=0.01, y=0.98, yanchor="top", font=dict(size=14)),
+        height=HEIGHT,
+        margin=dict(l=48, r=48, t=56, b=40),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(color="#8a8f98", size=12),  # mid grey reads on both light and dark pages
+        legend=dict(orientation="h", traceorder="normal", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11)),  # under the title
+        uirevision="keep",  # keep the user's zoom while the figure is replaced step by step
+        xaxis=dict(title=dict(text=x_title), **_AXIS),
+        yaxis=dict(title=dict(text=y_title), **_AXIS),
+    )
+    return fig
+
+
+def acceptance_figure(events: Sequence[StepEvent] | None) -> go.Figure:
+    """Per step: accepted and rejected drafts as stacked bars; the running acceptance rate on the right axis."""
+    events = list(events or [])
+    steps = [e.step for e in events]
+    accepted = [e.accepted for e in events]
+    rejected = [len(e.drafted) - e.accepted for e in events]
+    running, acc_sum, drafted_sum = [], 0, 0
+    for e in events:
+        acc_sum += e.accepted
+        drafted_sum += len(e.drafted)
+        running.append(acc_sum / drafted_sum if drafted_sum else None)  # None: a gap until something is drafted
+
+    fig = _figure("Draft tokens per step", "step (target pass)", "draft tokens")
+    fig.add_bar(x=steps, y=accepted, name="accepted", marker_color=palette.ACCEPTED)
+    fig.add_bar(x=steps, y=rejected, name="rejected", marker_color=palette.REJECTED)
+    fig.add_scatter(
+        x=steps, y=running, name="rate so far", mode="lines", yaxis="y2",
+        line=dict(color=palette.SPECULATIVE, width=2),
+    )
+    fig.update_layout(
+        barmode="stack",
+        bargap=0.15,
+        yaxis2=dict(title=dict(text="acceptance rate"), overlaying="y", side="right", range=[0, 1.05],
+                    tickformat=".0%", dtick=0.25, showgrid=False),
+    )
+    return fig
+
+
+def _cumulative(events: Sequence[StepEvent] | None) -> tuple[list[float], list[int]]:
+    """(seconds, tokens) from the origin: the slope of the line is tokens per second."""
+    events = list(events or [])
+    if not events:
+        return [], []
+    return [0.0] + [e.elapsed_s for e in events], [0] + [e.total_tokens for e in events]
+
+
+def throughput_figure(spec_events: Sequence[StepEvent] | None, plain_events: Sequence[StepEvent] | None) -> go.Figure:
+    """Cumulative new tokens over elapsed seconds for both runs; either may be empty while streaming."""
+    fig = _figure("Tokens over time (slope = tokens/s)", "seconds", "new tokens")
+    for name, events, colour in [
+        ("speculative", spec_events, palette.SPECULATIVE),
+        ("plain", plain_events, palette.PLAIN),
+    ]:
+        x, y = _cumulative(events)
+        fig.add_scatter(x=x, y=y, name=name, mode="lines", line=dict(color=colour, width=2))
+    return fig
+
+
+def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
+    """How many tokens each target pass produced (plain decoding would be a single bar at 1)."""
+    counts = Counter(len(e.emitted) for e in events or [])
+    x = list(range(1, max(counts) + 1)) if counts else []
+    fig = _figure("Tokens per target pass", "tokens emitted in one pass", "passes")
+    fig.add_bar(x=x, y=[counts.get(n, 0) for n in x], name="speculative", marker_color=palette.SPECULATIVE)
+    fig.update_layout(xaxis=dict(dtick=1), bargap=0.15, showlegend=False)
+    return fig

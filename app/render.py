@@ -1,0 +1,137 @@
+"""StepEvents -> HTML strings for the page. Every piece of model text goes through html.escape.
+
+Token spans carry one class each (tok-accepted, tok-rejected, tok-correction, tok-bonus, tok-plain);
+assets/style.css gives each class its one colour.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Iterable
+
+from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.metrics import RunMetrics
+
+# Token class -> (legend name, what it means); the meaning opens each token's tooltip.
+LABELS = {
+    "accepted": ("accepted draft", "accepted draft token"),
+    "rejected": ("rejected draft", "rejected draft token (not part of the output)"),
+    "correction": ("correction", "target token: correction (the target's choice after a rejection)"),
+    "bonus": ("bonus", "target token: bonus (every draft token was accepted)"),
+    "plain": ("plain decoding", "target token: plain (nothing was drafted this step)"),
+}
+# Event kind of the last emitted token -> token class. EOS_ACCEPTED has no target token: its last
+# emitted token is an accepted draft, rendered as such.
+KIND_CLASS = {CORRECTION: "correction", BONUS: "bonus", PLAIN: "plain", EOS_ACCEPTED: "accepted"}
+
+NEWLINE_MARK = "\u21b5"  # shown in place of a newline inside a rejected token, so it cannot move the real text
+
+
+def _span(cls: str, text: str, title: str) -> str:
+    if not text:  # e.g. an end-of-sequence token that decodes to "": nothing to see
+        return ""
+    return f'<span class="tok tok-{cls}" title="{escape(title, quote=True)}">{escape(text, quote=True)}</span>'
+
+
+def _draft_title(event: StepEvent, i: int, cls: str) -> str:
+    """Tooltip of drafted token i: its probabilities under both models and its chance of acceptance."""
+    p_t, p_d, a = event.p_target[i], event.p_draft[i], event.accept_probs[i]
+    return (
+        f"{LABELS[cls][1]}\n"
+        f"p_target {p_t:.4f} · p_draft {p_d:.4f}\n"
+        f"acceptance probability min(1, p_target/p_draft) = {a:.4f}"
+    )
+
+
+def _target_title(event: StepEvent) -> str:
+    return f"{LABELS[KIND_CLASS[event.kind]][1]}\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
+
+
+def render_event(event: StepEvent, show_rejected: bool = True) -> str:
+    """The spans of one step: accepted drafts, rejected drafts (where they were proposed), then the target token."""
+    n_acc = event.accepted
+    parts = [_span("accepted", event.emitted_text[i], _draft_title(event, i, "accepted")) for i in range(n_acc)]
+    if show_rejected:
+        for i in range(n_acc, len(event.drafted)):
+            text = event.drafted_text[i].replace("\r\n", NEWLINE_MARK).replace("\n", NEWLINE_MARK)
+            parts.append(_span("rejected", text, _draft_title(event, i, "rejected")))
+    if event.kind != EOS_ACCEPTED:  # an "eos" step has no target token of its own
+        parts.append(_span(KIND_CLASS[event.kind], event.emitted_text[-1], _target_title(event)))
+    return "".join(parts)
+
+
+def render_tokens(events: Iterable[StepEvent], show_rejected: bool = True) -> str:
+    """All steps as one pre-wrapped block of coloured spans."""
+    body = "".join(render_event(e, show_rejected) for e in events)
+    return f'<div class="tokens">{body}</div>'
+
+
+def render_legend() -> str:
+    items = "".join(
+        f'<span class="tok tok-{cls}" title="{escape(meaning, quote=True)}">{escape(name)}</span>'
+        for cls, (name, meaning) in LABELS.items()
+    )
+    return f'<div class="legend">{items}</div>'
+
+
+def _stat(label: str, value: str, help_text: str) -> str:
+    return (
+        f'<div class="stat" title="{escape(help_text, quote=True)}">'
+        f'<span class="stat-value">{escape(value)}</span><span class="stat-label">{escape(label)}</span></div>'
+    )
+
+
+def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str | None = None) -> str:
+    """A row of numbers. Everything comes from RunMetrics; only the speedup and passes saved compare two runs.
+    `badge` is HTML from render_badge, placed at the end of the row."""
+    dash = "\u2014"
+    has_plain = plain is not None and plain.target_passes > 0
+    speedup = spec.tokens_per_s / plain.tokens_per_s if has_plain and plain.tokens_per_s > 0 else None
+    stats = [
+        _stat("speculative tok/s", f"{spec.tokens_per_s:.1f}", "new tokens per second, speculative decoding"),
+        _stat("plain tok/s", f"{plain.tokens_per_s:.1f}" if has_plain else dash, "new tokens per second, plain decoding"),
+        _stat("speedup", f"{speedup:.2f}\u00d7" if speedup else dash, "speculative tok/s divided by plain tok/s"),
+        _stat(
+            "acceptance rate",
+            f"{spec.acceptance_rate:.0%}" if spec.drafted else dash,
+            f"{spec.accepted} of {spec.drafted} draft tokens accepted",
+        ),
+        _stat("tokens / target pass", f"{spec.tokens_per_step:.2f}", "plain decoding makes exactly 1 per pass"),
+        _stat(
+            "target passes saved",
+            str(plain.target_passes - spec.target_passes) if has_plain else dash,
+            "plain decoding's target forward passes minus speculative decoding's",
+        ),
+        _stat(
+            "predicted speedup",
+            f"{spec.predicted_speedup:.2f}\u00d7",
+            "Leviathan et al. 2023: (1 - a^(K+1)) / ((1 - a)(K c + 1)) from this run's a, mean K and c",
+        ),
+        _stat("cost ratio c", f"{spec.cost_ratio_c:.3f}", "one draft pass / one target pass (0 for prompt lookup)"),
+    ]
+    return f'<div class="stats">{"".join(stats)}{badge or ""}</div>'
+
+
+def render_badge(
+    *,
+    identical: bool,
+    index: int | None = None,
+    spec_text: str | None = None,
+    plain_text: str | None = None,
+    margin: float | None = None,
+    is_tie: bool | None = None,
+) -> str:
+    """Whether the speculative output equals plain decoding, and if not, where and why it may differ."""
+    if identical:
+        return '<div class="badge badge-identical">identical to plain decoding</div>'
+
+    def shown(text: str | None) -> str:
+        return "(end of output)" if text is None else repr(text)  # repr makes newlines and spaces visible
+
+    where = f"token {index}" if index is not None else "an unknown token"
+    msg = f"differs at {where}: spec {shown(spec_text)} vs plain {shown(plain_text)}"
+    if margin is not None:
+        msg += f", target top-2 logit margin {margin:.4f}"
+        if is_tie is not None:
+            msg += ": a numerical tie" if is_tie else ": not a numerical tie"
+    return f'<div class="badge badge-differs">{escape(msg)}</div>'

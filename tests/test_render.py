@@ -1,0 +1,160 @@
+"""app.render: escaping, whitespace, one class per kind, hidden rejections, stats and badge."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app import palette
+from app.render import render_badge, render_event, render_legend, render_stats, render_tokens
+from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
+from specdec.metrics import summarize
+
+XSS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '" onmouseover="alert(1)', "a & b'"]
+SPAN = re.compile(r'<span class="tok tok-(\w+)" title="([^"]*)">([^<]*)</span>')
+
+
+def make_events(steps: list[tuple[list[str], int, str | None, str]]) -> list[StepEvent]:
+    """steps: (drafted texts, accepted, last target text or None for an "eos" step, kind). Ids are made up;
+    probabilities vary so tooltips differ."""
+    events, total, t = [], 0, 0.0
+    for i, (drafted_text, accepted, last, kind) in enumerate(steps):
+        drafted = tuple(100 + j for j in range(len(drafted_text)))
+        emitted_text = tuple(drafted_text[:accepted]) + (() if last is None else (last,))
+        emitted = drafted[:accepted] + (() if last is None else (7,))
+        total += len(emitted)
+        t += 0.1
+        events.append(
+            StepEvent(
+                step=i, drafted=drafted, accepted=accepted, emitted=emitted, kind=kind,
+                p_target=tuple(0.5 for _ in drafted), p_draft=tuple(0.8 for _ in drafted),
+                draft_s=0.01 * len(drafted), verify_s=0.05, total_tokens=total, elapsed_s=t,
+                emitted_text=emitted_text, drafted_text=tuple(drafted_text),
+                margins=tuple(0.25 for _ in emitted), k=len(drafted),
+            )
+        )
+    check_invariants(events)
+    return events
+
+
+def spans(html: str) -> list[tuple[str, str, str]]:
+    return SPAN.findall(html)
+
+
+def test_every_kind_maps_to_one_class():
+    events = make_events([
+        (["a", "b", "c"], 1, "X", CORRECTION),  # accepted a, rejected b c, correction X
+        (["d", "e"], 2, "Y", BONUS),
+        ([], 0, "Z", PLAIN),
+        (["f", "<eos>"], 2, None, EOS_ACCEPTED),
+    ])
+    got = [(cls, text) for cls, _, text in spans(render_tokens(events))]
+    assert got == [
+        ("accepted", "a"), ("rejected", "b"), ("rejected", "c"), ("correction", "X"),
+        ("accepted", "d"), ("accepted", "e"), ("bonus", "Y"),
+        ("plain", "Z"),
+        ("accepted", "f"), ("accepted", "&lt;eos&gt;"),  # the eos step adds no target token
+    ]
+
+
+def test_classes_and_colours_are_one_to_one():
+    classes = set(palette.TOKEN_COLOURS)
+    assert classes == {"accepted", "rejected", "correction", "bonus", "plain"}
+    assert len(set(palette.TOKEN_COLOURS.values())) == len(classes)
+    assert palette.SPECULATIVE not in palette.TOKEN_COLOURS.values()
+    css = open("assets/style.css").read().lower()
+    for cls, colour in palette.TOKEN_COLOURS.items():
+        rule = re.search(r"\.tok-" + cls + r"\s*\{([^}]*)\}", css).group(1)
+        others = [c for k, c in palette.TOKEN_COLOURS.items() if k != cls]
+        assert not any(c in rule for c in others), cls  # no class borrows another meaning's colour
+        if cls != "plain":
+            assert colour in rule, cls
+
+
+def test_legend_uses_the_token_classes():
+    assert {cls for cls, _, _ in spans(render_legend())} == set(palette.TOKEN_COLOURS)
+
+
+@pytest.mark.parametrize("evil", XSS)
+def test_model_text_is_escaped_everywhere(evil):
+    events = make_events([([evil, evil], 1, evil, CORRECTION), ([evil], 1, None, EOS_ACCEPTED)])
+    html = render_tokens(events)
+    for dangerous in ["<script", "<img", 'onmouseover="', "a & b'"]:
+        assert dangerous not in html
+    assert len(spans(html)) == 4  # every span still well formed: nothing broke out of a tag or attribute
+    badge = render_badge(identical=False, index=3, spec_text=evil, plain_text=evil, margin=0.1, is_tie=True)
+    assert "<script" not in badge and "<img" not in badge and 'onmouseover="' not in badge
+
+
+def test_tooltips_are_escaped_and_informative():
+    events = make_events([(["x", "y"], 1, "<b>", CORRECTION)])
+    (_, t_acc, _), (_, t_rej, _), (_, t_cor, text) = spans(render_tokens(events))
+    assert "p_target 0.5000" in t_acc and "p_draft 0.8000" in t_acc and "0.6250" in t_acc  # min(1, .5/.8)
+    assert "rejected" in t_rej and "0.6250" in t_rej
+    assert "target token" in t_cor and "correction" in t_cor and "0.2500" in t_cor
+    assert text == "&lt;b&gt;"
+    # quotes in a tooltip cannot close the attribute: titles are produced with quote=True
+    assert "'" not in render_event(events[0]).split('title="')[1].split('"')[0]
+
+
+def test_whitespace_and_newlines_survive():
+    code = ["def", " f", "():\n", "    ", "return", " 1\n\n"]
+    events = make_events([(code[:3], 3, code[3], BONUS), (code[4:], 2, "\t# done", BONUS)])
+    html = render_tokens(events)
+    assert [text for _, _, text in spans(html)] == code + ["\t# done"]
+    body = re.sub(r"<[^>]+>", "", html)
+    assert body == "".join(code) + "\t# done"
+
+
+def test_rejected_newline_cannot_move_the_output():
+    events = make_events([(["a", "\nb"], 1, "c", CORRECTION)])
+    texts = [text for _, _, text in spans(render_tokens(events))]
+    assert texts == ["a", "\u21b5b", "c"]
+
+
+def test_show_rejected_false_hides_rejected_spans():
+    events = make_events([(["a", "b", "c"], 1, "X", CORRECTION), (["d"], 0, "Y", CORRECTION)])
+    shown = spans(render_tokens(events, show_rejected=True))
+    hidden = spans(render_tokens(events, show_rejected=False))
+    assert sum(cls == "rejected" for cls, _, _ in shown) == 3
+    assert [(cls, text) for cls, _, text in hidden] == [("accepted", "a"), ("correction", "X"), ("correction", "Y")]
+    assert "tok-rejected" not in render_tokens(events, show_rejected=False)
+
+
+def test_empty_inputs_and_empty_tokens():
+    assert render_tokens([]) == '<div class="tokens"></div>'
+    events = make_events([(["a", ""], 2, "", BONUS)])  # tokens that decode to "" (e.g. EOS) leave no span
+    assert [text for _, _, text in spans(render_tokens(events))] == ["a"]
+
+
+def test_stats_row():
+    spec = summarize(make_events([(["a", "b"], 2, "c", BONUS), (["d", "e"], 1, "f", CORRECTION)]))
+    plain = summarize(make_events([([], 0, t, PLAIN) for t in "abcdef"]))
+    html = render_stats(spec, plain)
+    values = dict((label, value) for value, label in re.findall(
+        r'<span class="stat-value">([^<]*)</span><span class="stat-label">([^<]*)</span>', html))
+    assert values["speculative tok/s"] == f"{spec.tokens_per_s:.1f}"
+    assert values["plain tok/s"] == f"{plain.tokens_per_s:.1f}"
+    assert values["speedup"] == f"{spec.tokens_per_s / plain.tokens_per_s:.2f}\u00d7"
+    assert values["acceptance rate"] == "75%"
+    assert values["tokens / target pass"] == "2.50"  # 3 + 2 tokens over 2 passes
+    assert values["target passes saved"] == "4"
+    assert values["predicted speedup"] == f"{spec.predicted_speedup:.2f}\u00d7"
+    assert values["cost ratio c"] == f"{spec.cost_ratio_c:.3f}"
+    # without a plain run (or before it starts) the comparisons show a dash; nothing divides by zero
+    for plain_run in (None, summarize([])):
+        alone = render_stats(spec, plain_run)
+        assert alone.count("\u2014") == 3
+    assert "stat" in render_stats(summarize([]), None)
+    assert render_stats(spec, plain, badge=render_badge(identical=True)).count("badge-identical") == 1
+
+
+def test_badge():
+    assert "identical" in render_badge(identical=True)
+    msg = render_badge(identical=False, index=12, spec_text=" x", plain_text="\n", margin=0.0123, is_tie=True)
+    assert "token 12" in msg and "&#x27; x&#x27;" in msg and "\\n" in msg
+    assert "margin 0.0123: a numerical tie" in msg
+    assert "not a numerical tie" in render_badge(identical=False, index=0, spec_text="a", plain_text="b",
+                                                 margin=3.0, is_tie=False)
+    assert "end of output" in render_badge(identical=False, index=5, spec_text=None, plain_text="b")
