@@ -133,10 +133,10 @@ def build_demo() -> gr.Blocks:
         spec_events, plain_events = gr.State([]), gr.State([])
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt", lines=6, placeholder="Ask the model for some code...")
+                prompt = gr.Textbox(label="Prompt", lines=6, elem_id="prompt", placeholder="Ask the model for some code...")
                 with gr.Row():
-                    go_btn = gr.Button("Generate", variant="primary")
-                    stop_btn = gr.Button("Stop", variant="stop")
+                    go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
                 gr.Examples(
                     examples=[[e["prompt"]] for e in EXAMPLES], inputs=[prompt],
                     example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
@@ -150,26 +150,26 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
                     top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-                max_new = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens")
+                max_new = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Row():
                     top_k = gr.Number(0, precision=0, minimum=0, label="Top-k (0 = off)")
                     seed = gr.Number(0, precision=0, minimum=0, label="Seed")
                 with gr.Row():
                     compare = gr.Checkbox(True, label="Compare with plain decoding")
                     show_rejected = gr.Checkbox(True, label="Show rejected draft tokens")
-        status = gr.Markdown()
+        status = gr.Markdown(elem_id="status")
         with gr.Row():
             with gr.Column():
                 gr.HTML('<div class="pane-title spec">Speculative decoding</div>')
-                spec_html = gr.HTML(PENDING)
+                spec_html = gr.HTML(PENDING, elem_id="spec-pane")
             with gr.Column():
                 gr.HTML('<div class="pane-title">Plain decoding (same target)</div>')
-                plain_html = gr.HTML(PENDING)
-        stats = gr.HTML()
+                plain_html = gr.HTML(PENDING, elem_id="plain-pane")
+        stats = gr.HTML(elem_id="stats")
         with gr.Row():
-            acc_plot = gr.Plot(charts.acceptance_figure([]), show_label=False)
-            thr_plot = gr.Plot(charts.throughput_figure([], []), show_label=False)
-            tpp_plot = gr.Plot(charts.tokens_per_pass_figure([]), show_label=False)
+            acc_plot = gr.Plot(charts.acceptance_figure([]), show_label=False, elem_id="acceptance-plot")
+            thr_plot = gr.Plot(charts.throughput_figure([], []), show_label=False, elem_id="throughput-plot")
+            tpp_plot = gr.Plot(charts.tokens_per_pass_figure([]), show_label=False, elem_id="tokens-per-pass-plot")
 
         pair.change(lambda name: gr.update(info=PRESETS[name].description), pair, pair)
         go_btn.click(

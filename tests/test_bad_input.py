@@ -24,8 +24,8 @@ def test_empty_prompt(tiny_pair):
 
 
 def test_prompt_longer_than_context(tiny_pair):
-    with pytest.raises(ValueError, match="context of 1024 tokens"):
-        generate(tiny_pair, "word " * 2000, GenerationConfig())
+    with pytest.raises(ValueError, match="context of 4096 tokens"):
+        generate(tiny_pair, "word " * 5000, GenerationConfig())
 
 
 def test_unknown_pair():

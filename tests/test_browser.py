@@ -1,0 +1,115 @@
+"""The app in a real browser: headless Debian chromium driven by Playwright, on tiny-random."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    port = free_port()
+    env = dict(os.environ, SPECDEC_PAIR="tiny-random", GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
+               HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail("app exited: " + proc.stdout.read().decode(errors="replace")[-2000:])
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("app did not start within 120 s")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page.goto(app_url)
+        page.wait_for_selector("#generate")
+        yield page
+        browser.close()
+
+
+def set_max_new_tokens(page, value: int) -> None:
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_generate_streams_coloured_tokens_stats_and_plots(page):
+    page.get_by_text("code: python-function").click()
+    assert "merge_intervals" in page.locator("#prompt textarea").input_value()
+    set_max_new_tokens(page, 96)
+    page.click("#generate")
+    page.wait_for_selector("#stats .badge", timeout=120_000)  # the badge appears when both runs are done
+    spec = page.locator("#spec-pane")
+    kinds = {k: spec.locator(f".tok-{k}").count() for k in ("accepted", "rejected", "correction", "bonus")}
+    assert kinds["accepted"] > 0 and kinds["rejected"] > 0 and kinds["correction"] > 0, kinds
+    assert page.locator("#plain-pane .tok-plain").count() > 0
+    assert page.locator("#plain-pane .tok-accepted").count() == 0
+    assert "identical to plain decoding" in page.locator("#stats").inner_text()
+    assert "acceptance rate" in page.locator("#stats").inner_text()
+    for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot"):
+        assert page.locator(f"#{plot} .js-plotly-plot .trace").count() > 0, plot
+    title = spec.locator(".tok-rejected").first.get_attribute("title")
+    assert "p_target" in title and "p_draft" in title
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-tiny-random.png"), full_page=True)
+
+
+def test_stop_cancels_and_app_answers_next_request(page):
+    set_max_new_tokens(page, 1024)
+    page.click("#generate")
+    page.wait_for_function("document.querySelectorAll('#spec-pane .tok').length > 5", timeout=60_000)
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('stopped')", timeout=30_000)
+    shown = page.locator("#spec-pane .tok").count()
+    assert shown < 1024
+    set_max_new_tokens(page, 16)
+    page.click("#generate")
+    page.wait_for_selector("#stats .badge", timeout=60_000)
+    assert "stopped" not in page.locator("#status").inner_text()
+
+
+def test_bad_input_is_reported_and_app_stays_up(page):
+    page.locator("#prompt textarea").fill("   ")
+    page.click("#generate")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('prompt must be non-empty')", timeout=30_000)
+    page.locator("#prompt textarea").fill("def f(x):")
+    set_max_new_tokens(page, 16)
+    page.click("#generate")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('tiny-random')", timeout=60_000)
