@@ -118,9 +118,14 @@ def run(prompt, pair_name, drafter, k, adaptive_k, temperature, top_p, top_k, ma
     yield frame(force=True)
 
 
+def default_pair_name() -> str:
+    """$SPECDEC_PAIR when it names a preset, else the project default."""
+    name = os.environ.get("SPECDEC_PAIR", DEFAULT_PAIR)
+    return name if name in PRESETS else DEFAULT_PAIR
+
+
 def build_demo() -> gr.Blocks:
-    default_pair = os.environ.get("SPECDEC_PAIR", DEFAULT_PAIR)
-    default_pair = default_pair if default_pair in PRESETS else DEFAULT_PAIR
+    default_pair = default_pair_name()
     with gr.Blocks(title="Speculative decoding, seen live") as demo:
         gr.Markdown(
             "# Speculative decoding, seen live\n"

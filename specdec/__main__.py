@@ -34,7 +34,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=None, help=f"preset: {', '.join(PRESETS)} (default: $SPECDEC_PAIR or {DEFAULT_PAIR})")
     p.add_argument("--target", help="target model: Hub id or local folder (instead of --pair)")
     p.add_argument("--draft", help="draft model: Hub id or local folder (with --target)")
-    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", help="cpu, cuda, or auto: spread the models over all GPUs (default: cuda when available)")
     p.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], help="default: bf16 where the hardware runs it natively, else fp32")
 
 
@@ -65,8 +65,6 @@ def load(args):
         raise ValueError("--draft needs --target (or use --pair)")
     if args.pair and args.target:
         raise ValueError("give either --pair or --target, not both")
-    if args.pair is not None and args.pair not in PRESETS:
-        raise ValueError(f"pair must be one of {', '.join(PRESETS)}, got {args.pair!r}")
     return load_pair(args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
 
 

