@@ -36,11 +36,12 @@ def _span(cls: str, text: str, title: str) -> str:
 def _draft_title(event: StepEvent, i: int, cls: str) -> str:
     """Tooltip of drafted token i: its probabilities under both models and its chance of acceptance."""
     p_t, p_d, a = event.p_target[i], event.p_draft[i], event.accept_probs[i]
-    return (
-        f"{LABELS[cls][1]}\n"
-        f"p_target {p_t:.4f} · p_draft {p_d:.4f}\n"
-        f"acceptance probability min(1, p_target/p_draft) = {a:.4f}"
+    rule = (
+        "greedy: kept only while it is the target's top choice"
+        if event.greedy
+        else f"acceptance probability min(1, p_target/p_draft) = {a:.4f}"
     )
+    return f"{LABELS[cls][1]}\np_target {p_t:.4f} · p_draft {p_d:.4f}\n{rule}"
 
 
 def _target_title(event: StepEvent) -> str:

@@ -160,6 +160,7 @@ class Decoding:
                 drafted_text=tuple(accepted_text + rejected_text),
                 margins=tuple(margins[: len(emitted)]),
                 k=k,
+                greedy=config.greedy,
                 finish=finish,
             )
             if finish is not None:

@@ -37,6 +37,7 @@ class StepEvent:
     drafted_text: tuple[str, ...]  # display text of each drafted token, in the context where it was proposed
     margins: tuple[float, ...]  # target's top-1 minus top-2 logit at each emitted position
     k: int = 0  # draft length asked for this step (0 for plain decoding)
+    greedy: bool = True  # greedy rule (keep drafts equal to the target's argmax), else rejection sampling
     finish: str | None = None  # set on the last event when the run ends by "eos" or "length" (a stop ends it between events)
 
     @property

@@ -67,3 +67,11 @@ def test_text_pieces_join_to_the_decoded_output(tiny_pair):
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, max_new_tokens=48))
     decoded = tiny_pair.tokenizer.decode(tokens(events), skip_special_tokens=True, clean_up_tokenization_spaces=False)
     assert "".join(t for e in events for t in e.emitted_text) == decoded
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
+    from specdec.metrics import summarize
+
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, temperature=temperature, max_new_tokens=96))
+    assert 0.2 < summarize(events).acceptance_rate < 0.9

@@ -31,7 +31,7 @@ def make_events(steps: list[tuple[list[str], int, str | None, str]]) -> list[Ste
                 p_target=tuple(0.5 for _ in drafted), p_draft=tuple(0.8 for _ in drafted),
                 draft_s=0.01 * len(drafted), verify_s=0.05, total_tokens=total, elapsed_s=t,
                 emitted_text=emitted_text, drafted_text=tuple(drafted_text),
-                margins=tuple(0.25 for _ in emitted), k=len(drafted),
+                margins=tuple(0.25 for _ in emitted), k=len(drafted), greedy=False,
             )
         )
     check_invariants(events)
@@ -158,3 +158,13 @@ def test_badge():
     assert "not a numerical tie" in render_badge(identical=False, index=0, spec_text="a", plain_text="b",
                                                  margin=3.0, is_tie=False)
     assert "end of output" in render_badge(identical=False, index=5, spec_text=None, plain_text="b")
+
+
+def test_tooltip_names_the_rule_that_decided():
+    from dataclasses import replace
+
+    event = make_events([(["a", "b"], 1, "c", CORRECTION)])[0]
+    greedy_titles = [t for _, t, _ in SPAN.findall(render_event(replace(event, greedy=True)))]
+    sampled_titles = [t for _, t, _ in SPAN.findall(render_event(event))]
+    assert "top choice" in greedy_titles[0] and "acceptance probability" not in greedy_titles[0]
+    assert "acceptance probability min(1, p_target/p_draft) = 0.6250" in sampled_titles[0]
