@@ -1,6 +1,7 @@
 """The app in a real browser: headless Debian chromium driven by Playwright, on tiny-random."""
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -71,8 +72,10 @@ def set_max_new_tokens(page, value: int) -> None:
 
 
 def test_generate_streams_coloured_tokens_stats_and_plots(page):
+    from playwright.sync_api import expect
+
     page.get_by_text("code: python-function").click()
-    assert "merge_intervals" in page.locator("#prompt textarea").input_value()
+    expect(page.locator("#prompt textarea")).to_have_value(re.compile("merge_intervals"), timeout=30_000)
     set_max_new_tokens(page, 96)
     page.click("#generate")
     page.wait_for_selector("#stats .badge", timeout=120_000)  # the badge appears when both runs are done
