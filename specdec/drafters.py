@@ -56,13 +56,14 @@ class ModelDrafter:
 
 class LookupDrafter:
     """Prompt lookup: find the latest earlier occurrence of the sequence's last n tokens (n from
-    max_ngram down to 1) and propose what followed it. Costs no model pass; shines on edits."""
+    max_ngram down to min_ngram) and propose what followed it. Costs no model pass; shines on edits."""
 
-    def __init__(self, max_ngram: int):
+    def __init__(self, max_ngram: int, min_ngram: int = 1):
         self.max_ngram = max_ngram
+        self.min_ngram = min(min_ngram, max_ngram)  # shorter matches are not trusted
 
     def propose_ids(self, seq: list[int], k: int) -> list[int]:
-        for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
             tail = seq[-n:]
             # Scan right to left so the most recent match wins (it is the best local predictor).
             for start in range(len(seq) - n - 1, -1, -1):

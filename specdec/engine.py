@@ -64,7 +64,11 @@ class Decoding:
         self.target = CachedModel(pair.target, pair.vocab_size)
         uses_model = config.drafter in ("model", "auto")
         self.model_drafter = ModelDrafter(pair.draft, pair.vocab_size, config, self.generator) if uses_model else None
-        self.lookup = LookupDrafter(config.lookup_ngram) if config.drafter in ("lookup", "auto") else None
+        # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
+        # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
+        # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md).
+        min_ngram = 2 if config.drafter == "auto" else 1
+        self.lookup = LookupDrafter(config.lookup_ngram, min_ngram) if config.drafter in ("lookup", "auto") else None
         self.seq = list(prompt_ids)  # prompt + emitted tokens
 
     def __iter__(self) -> Iterator[StepEvent]:

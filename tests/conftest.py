@@ -11,7 +11,8 @@ from specdec.events import check_invariants
 def tiny_pair():
     from specdec.models import load_pair
 
-    return load_pair("tiny-random", device="cpu", dtype="fp32")
+    # scripts/gpu_check.sh runs the parity tests on a GPU with SPECDEC_TEST_DEVICE=cuda.
+    return load_pair("tiny-random", device=os.environ.get("SPECDEC_TEST_DEVICE", "cpu"), dtype="fp32")
 
 
 def run_checked(pair, prompt, config, **kwargs):
