@@ -113,12 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     g.set_defaults(func=cmd_generate)
     sub.add_parser("prepare", help="assemble, verify and convert the embedded offline pair (cached)").set_defaults(func=cmd_prepare)
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")
-    b.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "examples.json"))
+    b.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json"))
     add_model_args(b)
     b.add_argument("--k", type=int, default=5)
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--repeats", type=int, default=1, help="alternating rounds per prompt")
     b.add_argument("--json", action="store_true")
+    from .bench import add_bench_args  # light: bench imports torch, which the CLI loads anyway
+
+    add_bench_args(b)
     b.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     from .bundle import BundleError  # light: no torch
