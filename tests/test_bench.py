@@ -15,7 +15,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def report(tiny_pair):
-    return bench(tiny_pair, PROMPTS, k=4, max_new_tokens=12, repeats=2, log=lambda line: None)
+    return bench(tiny_pair, PROMPTS, k=4, max_new_tokens=12, repeats=2, warmup_tokens=2, log=lambda line: None)
 
 
 def test_cli_prints_one_json_object(tmp_path, capsys):
