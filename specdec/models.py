@@ -6,7 +6,6 @@ import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
