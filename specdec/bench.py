@@ -66,14 +66,15 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str) -> Genera
     if mode == "lookup":
         return replace(base, drafter="lookup")
     if mode == "best":
-        return BEST(base)
+        return best_config(base)
     raise ValueError(f"{mode!r} is not one of our modes")
 
 
-def BEST(base: GenerationConfig) -> GenerationConfig:
-    """Our best policy on the mixed prompt set (see docs/benchmarks.md for the measurements):
-    prompt lookup first (free, long runs of accepted tokens on edits), the draft model otherwise;
-    the draft stops early when unsure, since a rejected draft token costs a full draft pass."""
+def best_config(base: GenerationConfig) -> GenerationConfig:
+    """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
+    lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
+    otherwise; K adapts within 1..8; the draft stops early when unsure (a rejected draft token
+    costs a draft pass for nothing)."""
     return replace(base, drafter="auto", adaptive_k=True, k_max=8, draft_confidence=0.4)
 
 
@@ -312,7 +313,7 @@ def bench(
 
 
 def _best_description() -> str:
-    b = BEST(GenerationConfig())
+    b = best_config(GenerationConfig())
     return f"drafter={b.drafter}, adaptive_k={b.adaptive_k}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
 
 

@@ -13,7 +13,7 @@ PROMPT = "for i in range(10):"
 
 def fresh_keys(model, vocab_size, ids):
     lm = CachedModel(model, vocab_size)
-    lm.prefill(torch.tensor(ids))
+    lm.prefill(torch.tensor(ids, device=model.device))
     return [layer.keys for layer in lm.cache.layers]
 
 
