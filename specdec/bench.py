@@ -447,22 +447,10 @@ def run_bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .__main__ import add_model_args
+    """`python -m specdec.bench ...` is `python -m specdec bench ...`: one parser serves both."""
+    from .__main__ import main as cli_main
 
-    parser = argparse.ArgumentParser(prog="python -m specdec.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default=DEFAULT_PROMPTS)
-    add_model_args(parser)
-    parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=1, help="alternating rounds per prompt")
-    parser.add_argument("--json", action="store_true")
-    add_bench_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_bench(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
