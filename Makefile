@@ -31,10 +31,15 @@ run: prepare
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	  else echo "browser tests need chromium: sudo apt-get install -y chromium"; fi; }
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; \
+	  else echo "browser tests need chromium (they are skipped without it): sudo apt-get install -y chromium"; fi; }
 
+# The whole suite. The precision-sensitive tests (marked `precision`) run in the dtype named by
+# SPECDEC_DTYPE, so they run twice, in fp32 and in bf16: the automatic dtype depends on the CPU,
+# and this checks both paths on a machine of either kind.
 test: $(VENV)/.test-deps prepare browser
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not precision"
+	for dtype in fp32 bf16; do SPECDEC_DTYPE=$$dtype $(PY) -m pytest -m precision || exit 1; done
 
 bench: prepare
 	$(PY) -m specdec bench --prompts assets/bench_prompts.json

@@ -1,11 +1,20 @@
 """Entry point (Hugging Face Spaces runs this file): build the demo and launch it.
 
-Gradio reads GRADIO_SERVER_NAME and GRADIO_SERVER_PORT itself; SPECDEC_PAIR picks the default model pair.
+Gradio reads GRADIO_SERVER_NAME and GRADIO_SERVER_PORT itself; SPECDEC_PAIR picks the default model pair
+and SPECDEC_DTYPE overrides the automatic precision.
 """
 
 import os
+import sys
 
-from app.ui import build_demo, default_pair_name, launch_kwargs
+from specdec.models import dtype_override
+
+try:  # a mistyped SPECDEC_DTYPE stops the app at once, with one line, instead of at the first visitor
+    dtype_override()
+except ValueError as err:
+    sys.exit(f"error: {err}")
+
+from app.ui import build_demo, default_pair_name, launch_kwargs  # noqa: E402 (after the check: gradio is slow to import)
 
 demo = build_demo()
 demo.queue(max_size=16)  # bounded: a full queue tells new visitors to come back rather than piling up

@@ -35,7 +35,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model: Hub id or local folder (instead of --pair)")
     p.add_argument("--draft", help="draft model: Hub id or local folder (with --target)")
     p.add_argument("--device", help="cpu, cuda, or auto: spread the models over all GPUs (default: cuda when available)")
-    p.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], help="default: bf16 where the hardware runs it natively, else fp32")
+    p.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], help="default: $SPECDEC_DTYPE, else bf16 where the hardware runs it natively, else fp32")
 
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:

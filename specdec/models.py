@@ -23,9 +23,25 @@ def pick_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+DTYPE_ENV = "SPECDEC_DTYPE"  # overrides the automatic precision everywhere; an explicit dtype (--dtype) wins
+
+
+def dtype_override() -> str | None:
+    """$SPECDEC_DTYPE when set (bf16, fp32 or fp16); ValueError naming the variable otherwise."""
+    value = os.environ.get(DTYPE_ENV, "").strip()
+    if not value:
+        return None
+    if value not in DTYPES:
+        raise ValueError(f"{DTYPE_ENV} must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
 def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
-    """bf16 where the hardware runs it natively (CUDA with bf16, CPUs with AVX-512 BF16 or AMX),
-    fp32 otherwise: emulated bf16 on an AVX2-only CPU is slower than fp32."""
+    """An explicit name, else $SPECDEC_DTYPE, else automatic: bf16 where the hardware runs it
+    natively (CUDA with bf16, CPUs with AVX-512 BF16 or AMX), fp32 otherwise (emulated bf16 on an
+    AVX2-only CPU is slower than fp32). The automatic choice depends on the CPU, so anything that
+    must behave the same on every machine (exact-parity tests) names its dtype."""
+    name = name or dtype_override()
     if name:
         if name not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_classes_and_colours_are_one_to_one():
     assert classes == {"accepted", "rejected", "correction", "bonus", "plain"}
     assert len(set(palette.TOKEN_COLOURS.values())) == len(classes)
     assert palette.SPECULATIVE not in palette.TOKEN_COLOURS.values()
-    css = open("assets/style.css").read().lower()
+    css = (Path(__file__).resolve().parent.parent / "assets" / "style.css").read_text().lower()
     for cls, colour in palette.TOKEN_COLOURS.items():
         rule = re.search(r"\.tok-" + cls + r"\s*\{([^}]*)\}", css).group(1)
         others = [c for k, c in palette.TOKEN_COLOURS.items() if k != cls]
