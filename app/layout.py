@@ -1,0 +1,115 @@
+"""The page's components, created inside gr.Blocks and kept by name on one Page object.
+
+Event handlers take their inputs as a dict and return a dict of updates keyed by these
+components, so a feature adds a control or an output without reordering anyone's tuples, and a
+frame sends only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import gradio as gr
+
+from specdec.config import PRESETS
+
+from . import charts, render
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
+DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
+PENDING = '<div class="tokens"></div>'
+INTRO = (
+    "# Speculative decoding, seen live\n"
+    "A small draft model guesses the next K tokens; the large target model checks all of them in one "
+    "forward pass and keeps the longest prefix it agrees with, plus one token of its own: "
+    "the same text as the target alone, in fewer target passes."
+)
+
+
+class StopFlag(threading.Event):
+    """Per-session stop signal. gr.State deep-copies its initial value for each session; a lock
+    cannot be copied, so a copy is simply a fresh flag."""
+
+    def __deepcopy__(self, memo):
+        return StopFlag()
+
+
+class Page:
+    """Every component a handler reads or writes, by name. Filled in by build_layout()."""
+
+    def settings(self) -> set:
+        """The controls a run reads (passed to handlers as one dict)."""
+        return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
+                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected}
+
+    def run_outputs(self) -> list:
+        """Everything a frame of a run may update."""
+        return [self.status, self.spec_html, self.plain_html, self.stats, *self.plots, self.spec_events, self.plain_events]
+
+
+def build_layout(default_pair: str) -> Page:
+    """The whole page. Each section is a function that adds its components to `page`."""
+    page = Page()
+    gr.Markdown(INTRO)
+    gr.HTML(render.render_legend())
+    page.stop = gr.State(StopFlag())  # per session: Stop sets it, the engine checks it before each step
+    page.spec_events, page.plain_events = gr.State([]), gr.State([])
+    with gr.Tabs(elem_id="tabs"):
+        with gr.Tab("Live", id="live", elem_id="live"):
+            controls(page, default_pair)
+            panes(page)
+            plots(page)
+    return page
+
+
+def controls(page: Page, default_pair: str) -> None:
+    with gr.Row():
+        with gr.Column(scale=3):
+            page.prompt = gr.Textbox(label="Prompt", lines=6, elem_id="prompt", placeholder="Ask the model for some code...")
+            with gr.Row():
+                page.generate = gr.Button("Generate", variant="primary", elem_id="generate")
+                page.stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
+            gr.Examples(
+                examples=[[e["prompt"]] for e in EXAMPLES], inputs=[page.prompt],
+                example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
+            )
+        with gr.Column(scale=2):
+            page.pair = gr.Dropdown(list(PRESETS), value=default_pair, label="Model pair",
+                                    info=PRESETS[default_pair].description, elem_id="pair")
+            page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")
+            page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
+            page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
+            with gr.Row():
+                page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
+                page.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+            page.max_new = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens", elem_id="max-new-tokens")
+            with gr.Row():
+                page.top_k = gr.Number(0, precision=0, minimum=0, label="Top-k (0 = off)")
+                page.seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
+            with gr.Row():
+                page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
+                page.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="show-rejected")
+
+
+def panes(page: Page) -> None:
+    """Status line, the two token panes side by side, the stats row."""
+    page.status = gr.Markdown(elem_id="status")
+    with gr.Row():
+        with gr.Column():
+            gr.HTML('<div class="pane-title spec">Speculative decoding</div>')
+            page.spec_html = gr.HTML(PENDING, elem_id="spec-pane")
+        with gr.Column():
+            gr.HTML('<div class="pane-title">Plain decoding (same target)</div>')
+            page.plain_html = gr.HTML(PENDING, elem_id="plain-pane")
+    page.stats = gr.HTML(elem_id="stats")
+
+
+def plots(page: Page) -> None:
+    with gr.Row():
+        page.acc_plot = gr.Plot(charts.acceptance_figure([]), show_label=False, elem_id="acceptance-plot")
+        page.thr_plot = gr.Plot(charts.throughput_figure([], []), show_label=False, elem_id="throughput-plot")
+        page.tpp_plot = gr.Plot(charts.tokens_per_pass_figure([]), show_label=False, elem_id="tokens-per-pass-plot")
+    page.plots = (page.acc_plot, page.thr_plot, page.tpp_plot)

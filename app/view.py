@@ -1,0 +1,62 @@
+"""What the page shows for a run, as a dict of updates: the same function draws a live frame, a
+finished run, and (later) a replayed or reloaded one, so they cannot drift apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specdec.compare import first_difference
+from specdec.config import GenerationConfig
+from specdec.metrics import summarize
+
+from . import charts, render
+from .layout import PENDING, Page
+
+
+@dataclass
+class RunView:
+    """Everything needed to draw one run on the page."""
+
+    config: GenerationConfig
+    dtype_name: str  # what counts as a numerical tie depends on the dtype
+    status: str = ""
+    spec: list = field(default_factory=list)  # StepEvents of the speculative run
+    plain: list = field(default_factory=list)  # StepEvents of the plain run (empty until it starts)
+    finished: bool = False  # both runs done (or stopped): the badge may compare them
+    stopped: bool = False
+    show_rejected: bool = True
+
+
+def badge(view: RunView) -> str | None:
+    """Whether the two outputs agree; only for two complete runs."""
+    if not (view.finished and view.plain and not view.stopped):
+        return None
+    if not view.config.greedy:
+        return ('<div class="badge">sampled: each run draws its own random numbers, so their texts may differ '
+                "(both follow the target distribution)</div>")
+    diff = first_difference(view.spec, view.plain, view.dtype_name)
+    if diff is None:
+        return render.render_badge(identical=True)
+    return render.render_badge(
+        identical=False, index=diff.index, margin=diff.margin, is_tie=diff.is_tie,
+        spec_text=None if diff.spec_token is None else diff.spec_text,  # None: that run ended first
+        plain_text=None if diff.plain_token is None else diff.plain_text,
+    )
+
+
+def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
+    """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
+    stats = render.render_stats(summarize(view.spec), summarize(view.plain) if view.plain else None, badge=badge(view))
+    out = {
+        page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
+        page.spec_html: render.render_tokens(view.spec, view.show_rejected),
+        page.plain_html: render.render_tokens(view.plain, False) if view.plain else PENDING,
+        page.stats: stats,
+        page.spec_events: view.spec,
+        page.plain_events: view.plain,
+    }
+    if plots:
+        out[page.acc_plot] = charts.acceptance_figure(view.spec)
+        out[page.thr_plot] = charts.throughput_figure(view.spec, view.plain)
+        out[page.tpp_plot] = charts.tokens_per_pass_figure(view.spec)
+    return out
