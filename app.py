@@ -1,20 +1,27 @@
 """Entry point (Hugging Face Spaces runs this file): build the demo and launch it.
 
-Gradio reads GRADIO_SERVER_NAME and GRADIO_SERVER_PORT itself; SPECDEC_PAIR picks the default model pair
-and SPECDEC_DTYPE overrides the automatic precision.
+Gradio reads GRADIO_SERVER_NAME and GRADIO_SERVER_PORT itself; SPECDEC_PAIR picks the default model pair,
+SPECDEC_PAIRS the pairs visitors may pick, SPECDEC_DTYPE overrides the automatic precision, and
+SPECDEC_GPU_SECONDS bounds one ZeroGPU call.
 """
 
 import os
 import sys
 
+from specdec.gpu_budget import call_limit
 from specdec.models import dtype_override
+from specdec.pairs import shared_store
 
-try:  # a mistyped SPECDEC_DTYPE stops the app at once, with one line, instead of at the first visitor
+try:  # a mistyped variable stops the app at once, with one line, instead of at the first visitor
     dtype_override()
+    call_limit()
+    store = shared_store()
 except ValueError as err:
     sys.exit(f"error: {err}")
+for name, why in store.offer.hidden.items():
+    print(f"not offered: {name} ({why})")
 
-from app.ui import build_demo, default_pair_name, launch_kwargs  # noqa: E402 (after the check: gradio is slow to import)
+from app.ui import build_demo, launch_kwargs  # noqa: E402 (after the checks: gradio is slow to import)
 
 demo = build_demo()
 demo.queue(max_size=16)  # bounded: a full queue tells new visitors to come back rather than piling up
@@ -22,8 +29,6 @@ demo.queue(max_size=16)  # bounded: a full queue tells new visitors to come back
 if __name__ == "__main__":
     if os.environ.get("SPECDEC_PRELOAD", "1") == "1":
         # Load the default pair before the first visitor arrives (shared by every session afterwards).
-        from specdec.models import load_pair
-
-        pair = load_pair(default_pair_name())
+        pair = store.get(store.default)
         print(f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}")
     demo.launch(**launch_kwargs())

@@ -50,8 +50,9 @@ class Page:
         return [self.status, self.spec_html, self.plain_html, self.stats, *self.plots, self.spec_events, self.plain_events]
 
 
-def build_layout(default_pair: str) -> Page:
-    """The whole page. Each section is a function that adds its components to `page`."""
+def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
+    """The whole page. Each section is a function that adds its components to `page`. `pairs`: the
+    presets offered (all when None); `max_new_tokens`: the end of that slider."""
     page = Page()
     gr.Markdown(INTRO)
     gr.HTML(render.render_legend())
@@ -59,13 +60,13 @@ def build_layout(default_pair: str) -> Page:
     page.spec_events, page.plain_events = gr.State([]), gr.State([])
     with gr.Tabs(elem_id="tabs"):
         with gr.Tab("Live", id="live", elem_id="live"):
-            controls(page, default_pair)
+            controls(page, default_pair, pairs or list(PRESETS), max_new_tokens)
             panes(page)
             plots(page)
     return page
 
 
-def controls(page: Page, default_pair: str) -> None:
+def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
     with gr.Row():
         with gr.Column(scale=3):
             page.prompt = gr.Textbox(label="Prompt", lines=6, elem_id="prompt", placeholder="Ask the model for some code...")
@@ -77,7 +78,7 @@ def controls(page: Page, default_pair: str) -> None:
                 example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
             )
         with gr.Column(scale=2):
-            page.pair = gr.Dropdown(list(PRESETS), value=default_pair, label="Model pair",
+            page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
                                     info=PRESETS[default_pair].description, elem_id="pair")
             page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")
             page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
@@ -85,7 +86,8 @@ def controls(page: Page, default_pair: str) -> None:
             with gr.Row():
                 page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
                 page.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-            page.max_new = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens", elem_id="max-new-tokens")
+            page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8, label="Max new tokens",
+                                     elem_id="max-new-tokens")
             with gr.Row():
                 page.top_k = gr.Number(0, precision=0, minimum=0, label="Top-k (0 = off)")
                 page.seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")

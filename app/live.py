@@ -1,44 +1,100 @@
-"""A live run: read the settings, stream the speculative run then the plain run, one frame at a time."""
+"""A live run: read the settings, stream the speculative run then the plain run, one frame at a time.
+
+The GPU work is `stream_events`, a generator with plain arguments and results: on a ZeroGPU Space
+`spaces.GPU` runs it in a worker process (arguments and events are pickled across), asking for a
+duration computed from the request. Everything that touches the page stays in `live_run`, which
+reads the events, ends the run between two steps when Stop is pressed or the visitor leaves
+(closing the stream ends the worker's generator too), and frees the pair only when it is done.
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from contextlib import ExitStack, closing
 from dataclasses import replace
 
 import gradio as gr
 
+from specdec import gpu_budget
 from specdec.config import GenerationConfig
 from specdec.engine import generate
-from specdec.models import load_pair
+from specdec.pairs import shared_store
 
-from .layout import Page
+from .layout import Page, StopFlag
 from .view import RunView, frame
 
 HTML_EVERY_S = 0.1  # redraw the token panes at most this often (every step on a CPU)
 PLOT_EVERY_S = 0.3  # plots are heavier for the browser: redraw less often
 
-try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU
+try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
     import spaces
-
-    gpu = spaces.GPU
 except ImportError:
-
-    def gpu(fn):
-        return fn
+    spaces = None
 
 
 def _int(value):
-    """Sliders and number boxes send floats; keep non-integers as they are so validation names the field."""
+    """Number boxes send floats; keep non-integers as they are so validation names the field."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def _within(name: str, value, component) -> None:
+    """The page's own range (narrower than the engine's), for numbers sent through the API."""
+    low, high = component.minimum, component.maximum
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
+        raise ValueError(f"{name} must be in {low:g}..{high:g} on this page, got {value!r}")
+
+
 def read_config(page: Page, values: dict) -> GenerationConfig:
-    """The run's settings from the controls; ValueError names the first field out of range."""
+    """The run's settings from the controls, unprocessed by Gradio (so a bad value sent through the
+    API is caught here); ValueError names the first field that is wrong."""
+    for name, component in (("k", page.k), ("max_new_tokens", page.max_new), ("temperature", page.temperature),
+                            ("top_p", page.top_p)):
+        _within(name, values[component], component)
     return GenerationConfig(
-        max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]), adaptive_k=bool(values[page.adaptive]),
-        temperature=values[page.temperature], top_k=_int(values[page.top_k]), top_p=values[page.top_p],
-        seed=_int(values[page.seed]), drafter=values[page.drafter],
+        max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
+        adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
+        top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
+        drafter=values[page.drafter],
     ).validate()
+
+
+def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool) -> int:
+    """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events)."""
+    return math.ceil(gpu_budget.call_seconds(config, compare, gpu_budget.costs_for(pair_name)))
+
+
+def _on_gpu(fn):
+    return spaces.GPU(duration=gpu_seconds)(fn) if spaces is not None else fn
+
+
+@_on_gpu
+def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool):
+    """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
+    plain run with the same settings. The pair is already loaded (in this process, or in the one a
+    ZeroGPU worker was forked from)."""
+    pair = shared_store().get(pair_name)
+    for event in generate(pair, prompt, config):
+        yield "spec", event
+    if compare:
+        for event in generate(pair, prompt, replace(config, drafter="none")):  # the baseline: nothing drafted
+            yield "plain", event
+
+
+_running: dict[str, StopFlag] = {}  # session -> the stop flag of its run in flight
+
+
+def stop_session(session_hash: str | None) -> None:
+    """The visitor left (tab closed): their run ends before its next step."""
+    flag = _running.get(session_hash or "")
+    if flag is not None:
+        flag.set()
 
 
 class Throttle:
@@ -58,36 +114,42 @@ class Throttle:
         return True, plots
 
 
-def live_run(page: Page, values: dict, progress: gr.Progress):
+def live_run(page: Page, values: dict, progress: gr.Progress, session: str | None = None):
     """Stream the speculative run, then (if asked) the plain run with the same settings; yields dicts of updates."""
     stop = values[page.stop]
     stop.clear()
-    try:
-        config = read_config(page, values)
-        pair = load_pair(values[page.pair], progress=lambda f, msg: progress(f, desc=msg))
-        spec_stream = generate(pair, values[page.prompt], config, stop=stop)  # validates the prompt before the first step
-    except ValueError as err:
-        gr.Warning(str(err))
-        yield {page.status: f"Not started: {err}"}
-        return
+    store = shared_store()
+    with ExitStack() as held:
+        try:
+            config = read_config(page, values)
+            compare = _flag("compare", values[page.compare])
+            show_rejected = _flag("show_rejected", values[page.show_rejected])
+            if gpu_budget.on_zero_gpu():
+                costs = gpu_budget.costs_for(values[page.pair])
+                gpu_budget.check_fits(config, compare, costs, gpu_budget.call_limit())
+            pair = held.enter_context(store.acquire(values[page.pair], progress=lambda f, msg: progress(f, desc=msg)))
+            prompt = values[page.prompt]
+            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=config.max_new_tokens)  # before any GPU time
+        except ValueError as err:
+            gr.Warning(str(err))
+            yield {page.status: f"Not started: {err}"}
+            return
+        if session:
+            _running[session] = stop
+            held.callback(_running.pop, session, None)
 
-    view = RunView(config=config, dtype_name=pair.dtype_name, show_rejected=bool(values[page.show_rejected]),
-                   status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}")
-    throttle = Throttle()
-    for event in spec_stream:
-        view.spec.append(event)
-        html, plots = throttle.due()
-        if html:
-            yield frame(page, view, plots=plots)
-    if values[page.compare] and not stop.is_set():
-        # The baseline: the same settings and target, nothing drafted.
-        for event in generate(pair, values[page.prompt], replace(config, drafter="none"), stop=stop):
-            view.plain.append(event)
+        view = RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
+                       status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}")
+        throttle = Throttle()
+        stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare)))
+        for which, event in stream:
+            (view.spec if which == "spec" else view.plain).append(event)
+            if stop.is_set():  # checked after every step: Stop, or the visitor's tab closed
+                break
             html, plots = throttle.due()
             if html:
                 yield frame(page, view, plots=plots)
-    view.finished, view.stopped = True, stop.is_set()
-    yield frame(page, view)
-
-
-live_run_on_gpu = gpu(live_run)
+        view.finished, view.stopped = True, stop.is_set()
+        if not view.stopped:
+            gpu_budget.record(pair.name, config, view.spec, view.plain)
+        yield frame(page, view)

@@ -2,39 +2,52 @@
 
 from __future__ import annotations
 
-import os
-
 import gradio as gr
 
-from specdec.config import DEFAULT_PAIR, PRESETS
+from specdec import gpu_budget
+from specdec.config import GenerationConfig, PRESETS
+from specdec.pairs import shared_store
 
 from . import render
 from .layout import ASSETS, build_layout
-from .live import live_run_on_gpu
+from .live import live_run, stop_session
 
 
 def default_pair_name() -> str:
-    """$SPECDEC_PAIR when it names a preset, else the project default."""
-    name = os.environ.get("SPECDEC_PAIR", DEFAULT_PAIR)
-    return name if name in PRESETS else DEFAULT_PAIR
+    """The deployment's default pair ($SPECDEC_PAIR, else the first of $SPECDEC_PAIRS, else the project default)."""
+    return shared_store().default
+
+
+def max_new_tokens_cap() -> int:
+    """The Max new tokens slider's end: 1024, or on ZeroGPU what fits one GPU call at the default settings."""
+    if not gpu_budget.on_zero_gpu():
+        return 1024
+    fit = gpu_budget.max_new_tokens_within(gpu_budget.call_limit(), GenerationConfig(k=5), True, gpu_budget.PassCosts())
+    return max(8, min(1024, fit // 8 * 8))
 
 
 def build_demo() -> gr.Blocks:
+    store = shared_store()
     with gr.Blocks(title="Speculative decoding, seen live") as demo:
-        page = build_layout(default_pair_name())
+        page = build_layout(store.default, pairs=store.offer.names, max_new_tokens=max_new_tokens_cap())
 
-        def on_generate(values: dict, progress=gr.Progress()):
-            yield from live_run_on_gpu(page, values, progress)
+        def on_generate(values: dict, request: gr.Request, progress=gr.Progress()):
+            yield from live_run(page, values, progress, session=request.session_hash if request else None)
 
-        page.pair.change(lambda name: gr.update(info=PRESETS[name].description), page.pair, page.pair)
+        page.pair.change(lambda name: gr.update(info=PRESETS[name].description if name in PRESETS else None), page.pair, page.pair)
         page.generate.click(
-            on_generate, page.settings() | {page.stop}, page.run_outputs(),
-            concurrency_limit=1,  # one process-wide model pair: one generation at a time
+            on_generate, page.settings() | {page.stop}, page.run_outputs(), api_name="generate",
+            concurrency_limit=1,  # one generation at a time: the pairs are shared by every session
+            preprocess=False,  # values arrive as sent, so read_config can name a wrong field (Gradio's own checks cannot)
         )
-        # Stop only sets the flag; the engine checks it before each step. It must not wait behind Generate.
+        # Stop only sets the flag; the run checks it after each step. It must not wait behind Generate.
         page.stop_button.click(lambda flag: flag.set(), page.stop, None, concurrency_limit=None)
         page.show_rejected.change(render.render_tokens, [page.spec_events, page.show_rejected], page.spec_html,
                                   concurrency_limit=None)
+        def on_unload(request: gr.Request):  # a closed tab ends its run before the next step
+            stop_session(request.session_hash)
+
+        demo.unload(on_unload)
     return demo
 
 

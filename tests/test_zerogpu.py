@@ -1,0 +1,86 @@
+"""ZeroGPU wiring without ZeroGPU: the GPU function gets a duration computed from its own arguments,
+its arguments and results survive pickling (ZeroGPU runs it in a worker process), and on a ZeroGPU
+Space a request that could outlast one GPU call is refused with a message naming max_new_tokens."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pickle
+import sys
+import types
+
+import gradio as gr
+import pytest
+
+from specdec import gpu_budget, pairs
+from specdec.config import GenerationConfig
+from specdec.pairs import Offer, PairStore
+
+
+@pytest.fixture
+def tiny_store(monkeypatch):
+    store = PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32")
+    monkeypatch.setattr(pairs, "_shared", store)
+    return store
+
+
+@pytest.fixture
+def fake_spaces(monkeypatch):
+    """A `spaces` module whose GPU decorator records the duration asked for each call."""
+    asked = []
+
+    def GPU(duration=None):
+        def wrap(fn):
+            def call(*args, **kwargs):
+                asked.append(duration(*args, **kwargs))
+                yield from fn(*args, **kwargs)
+            return call
+        return wrap
+
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
+    import app.live
+
+    yield importlib.reload(app.live), asked
+    monkeypatch.delitem(sys.modules, "spaces")
+    importlib.reload(app.live)
+
+
+def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
+    live, asked = fake_spaces
+    config = GenerationConfig(max_new_tokens=16, k=4)
+    events = list(live.stream_events("tiny-random", "def f(x):", config, True))
+    assert asked == [math.ceil(gpu_budget.call_seconds(config, True, gpu_budget.PassCosts()))]
+    assert {which for which, _ in events} == {"spec", "plain"}
+    # What crosses to and from a ZeroGPU worker is pickled.
+    assert pickle.loads(pickle.dumps(("tiny-random", "def f(x):", config, True)))[2] == config
+    assert pickle.loads(pickle.dumps(events)) == events
+
+
+def page_values(page, **changes):
+    from app.layout import StopFlag
+
+    values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5, page.adaptive: False,
+              page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 1024, page.seed: 0, page.compare: True,
+              page.show_rejected: True, page.stop: StopFlag()}
+    return values | {getattr(page, k): v for k, v in changes.items()}
+
+
+def test_zerogpu_refuses_a_run_that_could_outlast_the_call(tiny_store, monkeypatch):
+    from app.layout import build_layout
+    from app.live import live_run
+    from app.ui import max_new_tokens_cap
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    with gr.Blocks():
+        page = build_layout("tiny-random", pairs=("tiny-random",))
+    frames = list(live_run(page, page_values(page), progress=lambda *a, **k: None))
+    status = frames[-1][page.status]
+    assert status.startswith("Not started: max_new_tokens=1024 could need up to") and "at most 183 new tokens fit" in status
+    cap = max_new_tokens_cap()
+    assert cap == 176  # the slider ends where the default settings still fit
+    gpu_budget.check_fits(GenerationConfig(max_new_tokens=cap, k=5), True, gpu_budget.PassCosts(), 60)
+    frames = list(live_run(page, page_values(page, max_new=16), progress=lambda *a, **k: None))
+    assert frames[-1][page.status].startswith("tiny-random on cpu")
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    assert max_new_tokens_cap() == 1024
