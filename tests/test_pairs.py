@@ -110,6 +110,9 @@ def test_memory_check_comes_before_the_load():
     assert build.calls == []
     with s.acquire(TINY):  # small enough
         pass
+    with s.acquire(DEFAULT_PAIR):  # the operator's default is loaded as asked
+        pass
+    assert build.calls == [TINY, DEFAULT_PAIR]
 
 
 def test_an_idle_extra_makes_room_but_one_in_use_does_not():
