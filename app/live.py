@@ -44,19 +44,21 @@ def _flag(name: str, value) -> bool:
     return value
 
 
-def _within(name: str, value, component) -> None:
-    """The page's own range (narrower than the engine's), for numbers sent through the API."""
+def _within(name: str, value, component, integer: bool = False) -> None:
+    """The page's own range (narrower than the engine's), for values sent through the API."""
     low, high = component.minimum, component.maximum
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
-        raise ValueError(f"{name} must be in {low:g}..{high:g} on this page, got {value!r}")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not low <= value <= high or (integer and not float(value).is_integer()):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{name} must be {kind} in {low:g}..{high:g} on this page, got {value!r}")
 
 
 def read_config(page: Page, values: dict) -> GenerationConfig:
     """The run's settings from the controls, unprocessed by Gradio (so a bad value sent through the
     API is caught here); ValueError names the first field that is wrong."""
-    for name, component in (("k", page.k), ("max_new_tokens", page.max_new), ("temperature", page.temperature),
-                            ("top_p", page.top_p)):
-        _within(name, values[component], component)
+    for name, component, integer in (("k", page.k, True), ("max_new_tokens", page.max_new, True),
+                                     ("temperature", page.temperature, False), ("top_p", page.top_p, False)):
+        _within(name, values[component], component, integer)
     return GenerationConfig(
         max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
         adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],

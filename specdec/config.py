@@ -54,8 +54,8 @@ def _is_number(value) -> bool:
 def _check_int(name: str, value, low: int, high: int | None) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
     if not ok:
-        allowed = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer in {allowed}, got {value!r}")
+        allowed = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
