@@ -8,9 +8,14 @@ SPECDEC_GPU_SECONDS bounds one ZeroGPU call.
 import os
 import sys
 
-from specdec.gpu_budget import call_limit
-from specdec.models import dtype_override
-from specdec.pairs import shared_store
+try:  # ZeroGPU: `spaces` must be imported before torch looks for CUDA (it stands in for the GPU until a call)
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
+from specdec.gpu_budget import call_limit  # noqa: E402
+from specdec.models import dtype_override  # noqa: E402
+from specdec.pairs import shared_store  # noqa: E402
 
 try:  # a mistyped variable stops the app at once, with one line, instead of at the first visitor
     dtype_override()

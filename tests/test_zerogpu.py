@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import pickle
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -84,3 +87,19 @@ def test_zerogpu_refuses_a_run_that_could_outlast_the_call(tiny_store, monkeypat
     assert frames[-1][page.status].startswith("tiny-random on cpu")
     monkeypatch.delenv("SPACES_ZERO_GPU")
     assert max_new_tokens_cap() == 1024
+
+
+
+def test_app_imports_spaces_before_torch(tmp_path):
+    """ZeroGPU refuses to start when CUDA was touched before `spaces` was imported, and the pair would
+    land on the CPU: app.py imports it first."""
+    fake = tmp_path / "spaces"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import sys\nTORCH_FIRST = 'torch' in sys.modules\n"
+                                      "def GPU(duration=None):\n    return lambda fn: fn\n")
+    root = Path(__file__).resolve().parent.parent
+    code = "import runpy; runpy.run_path('app.py', run_name='imported'); import spaces; print(spaces.TORCH_FIRST)"
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{root}", SPECDEC_PAIR="tiny-random", SPECDEC_PAIRS="tiny-random")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
