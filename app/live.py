@@ -126,10 +126,10 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             config = read_config(page, values)
             compare = _flag("compare", values[page.compare])
             show_rejected = _flag("show_rejected", values[page.show_rejected])
+            name = store.check_offered(values[page.pair])
             if gpu_budget.on_zero_gpu():
-                costs = gpu_budget.costs_for(values[page.pair])
-                gpu_budget.check_fits(config, compare, costs, gpu_budget.call_limit())
-            pair = held.enter_context(store.acquire(values[page.pair], progress=lambda f, msg: progress(f, desc=msg)))
+                gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
+            pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
             prompt = values[page.prompt]
             pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=config.max_new_tokens)  # before any GPU time
         except ValueError as err:

@@ -174,8 +174,9 @@ class PairStore:
             return list(self._pairs)
 
     def check_offered(self, name) -> str:
-        if name not in self.offer.names:
-            if name in PRESETS:
+        """`name` when visitors may pick it; PairUnavailable naming the field otherwise."""
+        if not isinstance(name, str) or name not in self.offer.names:
+            if isinstance(name, str) and name in PRESETS:
                 why = self.offer.hidden.get(name, f"not in {PAIRS_ENV}")
                 raise PairUnavailable(f"pair {name!r} is not offered here ({why}); choose one of {', '.join(self.offer.names)}")
             raise PairUnavailable(f"pair must be one of {', '.join(self.offer.names)}, got {name!r}")

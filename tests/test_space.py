@@ -53,6 +53,7 @@ BAD = [  # (settings, what the status line must say)
     ({"drafter": "oracle"}, "drafter must be one of model, lookup, auto, none, got 'oracle'"),
     ({"pair": "gpt-9/1b"}, "pair must be one of tiny-random, smollm2-1.7b/135m, got 'gpt-9/1b'"),
     ({"pair": "qwen2.5-coder-7b/0.5b"}, "pair 'qwen2.5-coder-7b/0.5b' is not offered here (needs a GPU)"),
+    ({"pair": ["tiny-random"]}, "pair must be one of tiny-random, smollm2-1.7b/135m, got ['tiny-random']"),
     ({"adaptive_k": "yes"}, "adaptive_k must be true or false, got 'yes'"),
     ({"compare": 1}, "compare must be true or false, got 1"),
     ({"prompt": ""}, "prompt must be non-empty text"),
@@ -153,3 +154,14 @@ def test_a_closed_tab_frees_the_worker_at_once(app_url, visitor):
         browser.close()
     waited = first_frame_s(visitor, prompt="def g(y):", max_new_tokens=8)
     assert waited < max(3.0, 10 * quiet), f"next request waited {waited:.1f} s (alone {quiet:.2f} s)"
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("SPECDEC_PAIRS", "tiny-random,gpt-9/1b", "error: SPECDEC_PAIRS names unknown presets 'gpt-9/1b'; known: "),
+    ("SPECDEC_PAIR", "gpt-9/1b", "error: pair must be one of "),
+    ("SPECDEC_GPU_SECONDS", "soon", "error: SPECDEC_GPU_SECONDS must be a positive number of seconds, got 'soon'"),
+])
+def test_a_mistyped_variable_stops_the_app_with_one_line(variable, value, message):
+    env = dict(os.environ, SPECDEC_PAIR="tiny-random", HF_HUB_OFFLINE="1") | {variable: value}
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().startswith(message) and len(done.stderr.strip().splitlines()) == 1, done.stderr
