@@ -1,0 +1,374 @@
+"""How the app holds up as a public Space, measured from outside through gradio_client.
+
+Starts app.py on a free loopback port twice and writes every figure and every input tried, with
+what came back, to docs/reliability.md:
+
+  on tiny-random (fp32): visitors at once (N = 1, 4, 16, each with its own prompt and seed, each
+    output checked against the same request made alone), bad input, and a client that drops
+    mid-run;
+  on the embedded pair (needs its converted copy; loads 5-8 GB, so pass --lock to hold the shared
+    lock for this part): a pair switch that fails and one that works, with the default pair's speed
+    before and after, a dropped client, and resident memory over 30 consecutive runs.
+
+    python scripts/reliability.py --lock /tmp/specdec-heavy.lock [--out docs/reliability.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import html
+import json
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+
+from scripts.app_client import Visitor, start_app  # noqa: E402
+
+EMBEDDED = "qwen2.5-coder-1.5b/0.5b"
+EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())]
+
+
+@dataclass
+class Result:
+    status: str
+    spec: str  # output text of the speculative pane
+    plain: str  # output text of the plain pane
+    first_s: float | None  # submit -> first frame
+    done_s: float  # submit -> last frame
+    error: str = ""
+
+
+def text_of(pane) -> str:
+    """The text in a token pane (rejected tokens hidden): span contents, unescaped. A request that did
+    not start updates only its status line, and the panes come back as update markers."""
+    return html.unescape(re.sub(r"<[^>]+>", "", pane)) if isinstance(pane, str) else ""
+
+
+def call(visitor: Visitor, first: bool = False, **settings) -> Result:
+    """One request; `first` also times the first frame (iterating polls, so only for one caller at a time)."""
+    start = time.perf_counter()
+    try:
+        job = visitor.submit(**settings)
+        first_s = None
+        if first:
+            for _ in job:
+                first_s = first_s if first_s is not None else time.perf_counter() - start
+        out = job.result()
+        return Result(out[0], text_of(out[1]), text_of(out[2]), first_s, time.perf_counter() - start)
+    except Exception as err:  # recorded, never hidden: the report counts these as failed
+        return Result("", "", "", None, time.perf_counter() - start, f"{type(err).__name__}: {err}")
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def cell(value, limit=150) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = html.escape(text if len(text) <= limit else text[: limit - 3] + "...", quote=False)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\x00", "\\x00")
+
+
+# ---- tiny-random ----------------------------------------------------------------------------------
+
+def visitors(url: str, report: list[str]) -> None:
+    jobs = [dict(prompt=f"Visitor {i}: {EXAMPLES[i % len(EXAMPLES)][:80]}", seed=i, temperature=0.8, max_new_tokens=32,
+                 compare=True, show_rejected=False) for i in range(16)]
+    alone = [call(Visitor(url), **job) for job in jobs]
+    distinct = len({(r.spec, r.plain) for r in alone})
+    report += ["## Visitors at once (tiny-random)", "",
+               "Each visitor has its own prompt and seed (sampled, temperature 0.8, 32 new tokens, with the plain "
+               "run). Every request was first made alone; a response counts as mixed up when its two texts differ "
+               f"from that visitor's alone. The {len(jobs)} lone responses are {distinct} distinct texts, so a "
+               "mix-up would show. One generation runs at a time (the rest wait in Gradio's queue), so the "
+               "latency grows with N by design.", "",
+               "| N | completed | failed | mixed up | latency p50 (s) | p95 (s) | max (s) | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+    for n in (1, 4, 16):
+        clients = [Visitor(url) for _ in range(n)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(n) as pool:
+            results = list(pool.map(lambda i: call(clients[i], **jobs[i]), range(n)))
+        wall = time.perf_counter() - start
+        failed = [r for r in results if r.error or not r.status.startswith("tiny-random")]
+        mixed = [i for i, r in enumerate(results) if not r.error and (r.spec, r.plain) != (alone[i].spec, alone[i].plain)]
+        times = [r.done_s for r in results]
+        report.append(f"| {n} | {n - len(failed)} | {len(failed)} | {len(mixed)} | {statistics.median(times):.2f} | "
+                      f"{percentile(times, 0.95):.2f} | {max(times):.2f} | {wall:.1f} |")
+        for r in failed:
+            report.append(f"<!-- failed: {cell(r.error or r.status)} -->")
+    report.append("")
+
+
+BAD_INPUT = [  # (what is tried, settings, field the message must name; None: must be served)
+    ("K not a number", {"k": "five"}, "k"),
+    ("K as numeric text", {"k": "5"}, "k"),
+    ("K = 0", {"k": 0}, "k"),
+    ("K = 40 (page allows 1..16)", {"k": 40}, "k"),
+    ("K = 2.5", {"k": 2.5}, "k"),
+    ("max new tokens = 5000", {"max_new_tokens": 5000}, "max_new_tokens"),
+    ("max new tokens = 0", {"max_new_tokens": 0}, "max_new_tokens"),
+    ("temperature = -1", {"temperature": -1}, "temperature"),
+    ("temperature not a number", {"temperature": "hot"}, "temperature"),
+    ("top-p = 2", {"top_p": 2}, "top_p"),
+    ("top-k = -1", {"top_k": -1}, "top_k"),
+    ("top-k = 1.5", {"top_k": 1.5}, "top_k"),
+    ("seed = -1", {"seed": -1}, "seed"),
+    ("seed empty", {"seed": None}, "seed"),
+    ("unknown drafter", {"drafter": "oracle"}, "drafter"),
+    ("unknown pair", {"pair": "gpt-9/1b"}, "pair"),
+    ("pair hidden on a CPU", {"pair": "qwen2.5-coder-7b/0.5b"}, "pair"),
+    ("pair as a list", {"pair": ["tiny-random"]}, "pair"),
+    ("adaptive K not a boolean", {"adaptive_k": "yes"}, "adaptive_k"),
+    ("compare not a boolean", {"compare": 1}, "compare"),
+    ("empty prompt", {"prompt": ""}, "prompt"),
+    ("whitespace prompt", {"prompt": " \n\t "}, "prompt"),
+    ("prompt not text", {"prompt": 42}, "prompt"),
+    ("100k-token prompt", {"prompt": "word " * 20_000}, "prompt"),  # 5 tokens per "word " for tiny-random
+    ("NUL bytes", {"prompt": "def f(x):\x00\x00 return x"}, None),
+    ("right-to-left marks", {"prompt": "\u202edef f(x):\u202c \u200fשלום"}, None),
+    ("emoji and markup", {"prompt": "🚦🧪 <b>bold</b> &amp; <script>alert(1)</script> def f(x):"}, None),
+]
+
+
+def bad_input(url: str, report: list[str]) -> None:
+    visitor = Visitor(url)
+    report += ["## Bad input through the API (tiny-random)", "",
+               "Sent to `/generate` with every other setting at its default. \"Named\" says whether the message "
+               "names the field; the last three must be served.", "",
+               "| input | value sent | returned | named |", "|---|---|---|---|"]
+    for what, settings, field in BAD_INPUT:
+        r = call(visitor, **{"prompt": "def f(x):", "max_new_tokens": 8, **settings})
+        value = next(iter(settings.values()))
+        shown = f"{value[:24]!r}... ({len(value)} chars)" if isinstance(value, str) and len(value) > 60 else value
+        returned = r.error or r.status
+        if field is None:
+            ok = r.status.startswith("tiny-random")
+            returned += f"; output {len(r.spec)} characters"
+        else:
+            ok = r.status.startswith(f"Not started: {field} ")
+        report.append(f"| {cell(what)} | {cell(shown, 60)} | {cell(returned)} | {'yes' if ok else 'NO'} |")
+    status = call(visitor, prompt="def f(x):", max_new_tokens=8).status
+    report += ["", f"After all of them the app still served: `{cell(status)}`.", ""]
+
+
+DROPPER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    from scripts.app_client import Visitor
+    visitor = Visitor(sys.argv[1])
+    start = time.perf_counter()
+    job = visitor.submit(prompt="def f(x):", pair=sys.argv[3], max_new_tokens=int(sys.argv[4]), compare=True)
+    for i, _ in enumerate(job):
+        print(f"frame {time.perf_counter() - start:.4f}", flush=True)
+        if i == 5:
+            print("drop", flush=True)
+            time.sleep(60)
+""")
+
+
+def dropped_client(url: str, pair: str, max_new_tokens: int, report: list[str], tries: int = 3) -> None:
+    visitor = Visitor(url)
+
+    def short_request() -> float:
+        return call(visitor, first=True, prompt="def g(y):", pair=pair, max_new_tokens=8).first_s
+
+    idle = statistics.median(short_request() for _ in range(3))
+    after, intervals, dropped_at = [], [], []
+    for _ in range(tries):
+        client = subprocess.Popen([sys.executable, "-c", DROPPER, url, str(ROOT), pair, str(max_new_tokens)],
+                                  stdout=subprocess.PIPE, text=True)
+        frames = []
+        for line in client.stdout:
+            if line.startswith("frame"):
+                frames.append(float(line.split()[1]))
+            if line.startswith("drop"):
+                break
+        client.kill()  # the connection drops without a word, as when a laptop lid closes
+        client.wait()
+        after.append(short_request())
+        intervals += [b - a for a, b in zip(frames, frames[1:])]
+        dropped_at.append(frames[-1])
+    step = statistics.median(intervals)
+    extra = statistics.median(after) - idle
+    report += [f"- **{pair}**: {tries} times, a client asked for {max_new_tokens} new tokens with the plain run and "
+               f"was killed after 6 frames ({min(dropped_at):.1f}-{max(dropped_at):.1f} s in); left running, each "
+               f"would have held the worker for up to {2 * max_new_tokens} tokens. The next request's first frame "
+               f"came after **{statistics.median(after):.2f} s** (median; max {max(after):.2f} s), against "
+               f"{idle:.2f} s when the app is idle (median of 3): {extra:+.2f} s, "
+               f"{'within' if extra <= step else 'MORE than'} one frame interval of the dropped run "
+               f"({step:.2f} s; a frame comes every step, or every 0.1 s when steps are faster)."]
+
+
+def zerogpu_durations(report: list[str]) -> None:
+    """What the app would ask ZeroGPU for (computed, not measured: no ZeroGPU here)."""
+    from specdec.config import GenerationConfig
+    from specdec.gpu_budget import PassCosts, call_seconds, max_new_tokens_within
+
+    costs = PassCosts()
+    report += ["## ZeroGPU durations (computed)", "",
+               "What `spaces.GPU` is asked for per request, from the estimated pass costs "
+               f"({costs.draft_s * 1e3:.0f} ms draft, {costs.verify_s * 1e3:.0f} ms verify, "
+               f"{costs.decode_s * 1e3:.0f} ms decode, {costs.setup_s:.0f} s setup) before the app has measured its own; "
+               "a worst case, every draft rejected. Not measured on ZeroGPU.", "",
+               "| max new tokens | K | with the plain run | seconds asked |", "|---|---|---|---|"]
+    for n, k, compare in ((64, 5, True), (128, 5, True), (176, 5, True), (1024, 5, True), (1024, 5, False), (128, 16, True)):
+        seconds = call_seconds(GenerationConfig(max_new_tokens=n, k=k), compare, costs)
+        report.append(f"| {n} | {k} | {'yes' if compare else 'no'} | {seconds:.0f} |")
+    fits = {limit: max_new_tokens_within(limit, GenerationConfig(k=5), True, costs) for limit in (60, 120)}
+    report += ["", f"With K=5 and the plain run, at most {fits[60]} new tokens fit a 60 s call (the slider ends at "
+               f"{fits[60] // 8 * 8}) and {fits[120]} fit 120 s (`SPECDEC_GPU_SECONDS=120`).", ""]
+
+
+# ---- embedded pair --------------------------------------------------------------------------------
+
+def pair_switch(url: str, start_s: float, report: list[str]) -> None:
+    visitor = Visitor(url)
+    prompt = EXAMPLES[0]
+
+    def default_runs():
+        runs = [call(visitor, first=True, prompt=prompt, max_new_tokens=16, compare=False) for _ in range(3)]
+        return statistics.median(r.first_s for r in runs), statistics.median(r.done_s for r in runs), runs[-1].status
+
+    first_before, done_before, status = default_runs()
+    failing = call(visitor, prompt=prompt, pair="smollm2-1.7b/135m")
+    first_after, done_after, _ = default_runs()
+    tiny = call(visitor, prompt="def f(x):", pair="tiny-random", max_new_tokens=8)
+    first_back, done_back, _ = default_runs()
+    report += ["## Switching pairs (embedded pair as the default)", "",
+               f"Default pair: `{cell(status)}`. Offered: the embedded pair, tiny-random, and SmolLM2, which is "
+               "listed in SPECDEC_PAIRS but cannot load offline. Each default-pair figure is the median of 3 "
+               "requests of 16 new tokens without the plain run.", "",
+               "| step | first frame (s) | whole request (s) | returned |", "|---|---|---|---|",
+               f"| default pair, before | {first_before:.2f} | {done_before:.2f} | |",
+               f"| switch to smollm2-1.7b/135m (fails) | | {failing.done_s:.2f} | {cell(failing.error or failing.status, 400)} |",
+               f"| default pair, after the failed switch | {first_after:.2f} | {done_after:.2f} | |",
+               f"| switch to tiny-random (works) | | {tiny.done_s:.2f} | {cell(tiny.error or tiny.status)} |",
+               f"| default pair, after that | {first_back:.2f} | {done_back:.2f} | |", "",
+               f"After the failed switch the default pair's requests took {done_after / done_before:.2f}x as long as "
+               f"before (first frame {first_after / first_before:.2f}x): it was not reloaded. (Starting the app, "
+               f"which loads that pair, took {start_s:.1f} s; a reload would add about that to a request.)", ""]
+
+
+def memory_series(url: str, pid: int, runs: int, report: list[str]) -> None:
+    visitor = Visitor(url)
+    process = psutil.Process(pid)
+    before = process.memory_info().rss
+    series, times = [], []
+    for i in range(runs):
+        r = call(visitor, prompt=EXAMPLES[i % len(EXAMPLES)], max_new_tokens=24, compare=True)
+        if r.error or not r.status.startswith(EMBEDDED):
+            raise RuntimeError(f"run {i + 1} failed: {r.error or r.status}")
+        series.append(process.memory_info().rss)
+        times.append(r.done_s)
+        print(f"run {i + 1:2d}: {series[-1] / 2**20:8.1f} MiB resident, {r.done_s:.1f} s", flush=True)
+    change = series[-1] / series[0] - 1
+    report += [f"## Memory over {runs} consecutive runs (embedded pair)", "",
+               f"One app process; each run 24 new tokens with the plain run, prompts cycling through the "
+               f"{len(EXAMPLES)} examples. Resident memory of the app process (RSS) after each run, in MiB "
+               f"({before / 2**20:.0f} MiB with the pair loaded, before run 1):", "",
+               "```", *textwrap.wrap("  ".join(f"{i + 1}:{m / 2**20:.0f}" for i, m in enumerate(series)), 100), "```", "",
+               f"After run {runs}: {series[-1] / 2**20:.0f} MiB, {change:+.1%} against run 1 "
+               f"({'within' if abs(change) <= 0.10 else 'OUTSIDE'} the 10% bound); largest "
+               f"{max(series) / 2**20:.0f} MiB. Median run {statistics.median(times):.1f} s.", ""]
+
+
+# ---- the report -----------------------------------------------------------------------------------
+
+@contextmanager
+def held(lock_path: str | None):
+    if not lock_path:
+        yield
+        return
+    with open(lock_path, "w") as lock:
+        print(f"waiting for {lock_path}", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
+def app(env: dict):
+    start = time.perf_counter()
+    proc, url = start_app(env, timeout_s=600)
+    try:
+        yield proc, url, time.perf_counter() - start
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+    flags = open("/proc/cpuinfo").read()
+    import gradio
+    import torch
+    import transformers
+
+    return (f"{cpu}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+            f"avx512_bf16: {'yes' if 'avx512_bf16' in flags else 'no'}; Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
+    parser.add_argument("--lock", help="lock file to hold while the embedded pair is loaded (e.g. /tmp/specdec-heavy.lock)")
+    parser.add_argument("--runs", type=int, default=30, help="consecutive runs of the memory series")
+    parser.add_argument("--parts", default="tiny,embedded", help="which apps to run: tiny, embedded or both")
+    args = parser.parse_args(argv)
+    report = ["# Reliability: the app as a public Space", "",
+              f"Written by `python scripts/reliability.py` on {date.today()}: {machine()}. Every request goes "
+              "through gradio_client to app.py on a loopback port, as an API client of a Space would. "
+              "`tests/test_space.py`, `tests/test_pairs.py` and `tests/test_faults.py` check the same "
+              "behaviours; this records the figures.", ""]
+
+    parts = set(args.parts.split(","))
+    tiny, embedded, dropped = [], [], ["## A client that leaves mid-run", ""]
+    if "tiny" in parts:
+        with app({"SPECDEC_PAIR": "tiny-random", "SPECDEC_DTYPE": "fp32",
+                  "SPECDEC_PAIRS": "tiny-random,smollm2-1.7b/135m,qwen2.5-coder-7b/0.5b"}) as (_, url, _):
+            print("visitors", flush=True)
+            visitors(url, tiny)
+            print("bad input", flush=True)
+            bad_input(url, tiny)
+            print("dropped client (tiny-random)", flush=True)
+            dropped_client(url, "tiny-random", 1024, dropped)
+
+    from specdec import bundle
+
+    if "embedded" in parts and not bundle.is_converted():
+        embedded += ["The embedded pair's converted copy is absent (`make prepare`): its parts were not run.", ""]
+    elif "embedded" in parts:
+        pairs = f"{EMBEDDED},tiny-random,smollm2-1.7b/135m"
+        with held(args.lock), app({"SPECDEC_PAIR": EMBEDDED, "SPECDEC_PAIRS": pairs}) as (proc, url, start_s):
+            print("dropped client (embedded pair)", flush=True)
+            dropped_client(url, EMBEDDED, 256, dropped)
+            print("pair switch", flush=True)
+            pair_switch(url, start_s, embedded)
+            print("memory series", flush=True)
+            memory_series(url, proc.pid, args.runs, embedded)
+    zerogpu = []
+    zerogpu_durations(zerogpu)
+    report += tiny + dropped + [""] + embedded + zerogpu
+    Path(args.out).write_text("\n".join(report).rstrip() + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
