@@ -9,12 +9,9 @@ from other processes spreads over all modes; each figure is the median over `--r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -22,13 +19,17 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from .bench_report import geomean, machine_info, summarize_results, table  # noqa: F401 (geomean: the tests use it from here)
 from .cached_model import CpuLinear
+from .compare import agreement, first_difference
 from .config import MAX_K, GenerationConfig
 from .engine import Decoding
-from .metrics import expected_tokens_per_pass, summarize
+from .metrics import summarize
 from .models import DTYPES, ModelPair
+from .variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
-OURS = ("plain", "spec", "lookup", "best")  # our engine
+OURS = ("plain", "spec", "lookup", "best", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
 HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
 # *_cpulinear: transformers' loop with our CPU matmul choices (cached_model.CpuLinear), which
 # separates what the loop costs from what the kernels cost.
@@ -50,21 +51,33 @@ class Result:
     target_passes: int | None  # target forward passes after the prompt (HF: its first pass also reads the prompt)
     mean_k: float | None  # mean draft length over drafting steps (ours only)
     runs_s: list[float]  # every round's seconds, for the record
+    draft_variant: str | None = None  # the draft as run (our draft-model modes)
+    first_difference: dict | None = None  # plain_int4: where its output first departs from plain's
+    agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
 
 
 # --- the policies ---------------------------------------------------------------------------------
 
 
-def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str) -> GenerationConfig:
+def split_mode(mode: str) -> tuple[str, str | None]:
+    """"spec@int4-v32k" -> ("spec", "int4-v32k"); "plain" -> ("plain", None)."""
+    base, _, variant = mode.partition("@")
+    return base, variant or None
+
+
+def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16") -> GenerationConfig:
     """Our engine's settings for a mode. `schedule` applies to `spec` and, on the HF side, to
-    `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise."""
-    base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM)
-    if mode == "plain":
-        return replace(base, drafter="none")
+    `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise.
+    `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`)."""
+    mode, own = split_mode(mode)
+    base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM,
+                            draft_variant=own or variant)
+    if mode in ("plain", "plain_int4"):
+        return replace(base, drafter="none", draft_variant="bf16")
     if mode == "spec":
         return replace(base, drafter="model", adaptive_k=schedule == "heuristic", k_max=MAX_K)
     if mode == "lookup":
-        return replace(base, drafter="lookup")
+        return replace(base, drafter="lookup", draft_variant="bf16")
     if mode == "best":
         return best_config(base)
     raise ValueError(f"{mode!r} is not one of our modes")
@@ -82,8 +95,11 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
 
 
 def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -> dict:
+    config.validate()
+    if config.drafter in ("model", "auto"):
+        draft_model(pair, config.draft_variant)  # built or loaded once, before the clock starts
     start = time.perf_counter()
-    events = list(Decoding(pair, prompt_ids, config.validate()))  # prefill happens inside
+    events = list(Decoding(pair, prompt_ids, config))  # prefill happens inside
     seconds = time.perf_counter() - start
     m = summarize(events)
     return {
@@ -189,9 +205,11 @@ def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_to
     return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule) -> dict:
-    if mode in OURS:
-        return run_ours(pair, prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16") -> dict:
+    if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
+        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
+    if split_mode(mode)[0] in OURS:
+        return run_ours(pair, prompt_ids, mode_config(mode, k, max_new_tokens, schedule, variant))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
 
@@ -209,39 +227,22 @@ def load_prompts(path: str) -> list[dict]:
     return prompts
 
 
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
-
-
-def machine_info(pair: ModelPair) -> dict:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    ram_gb = None
-    with contextlib.suppress(OSError, StopIteration, ValueError):
-        with open("/proc/meminfo") as f:
-            ram_gb = round(int(next(line for line in f if line.startswith("MemTotal")).split()[1]) / 2**20, 1)
-    if pair.device.type == "cuda":
-        cpu += f" + {torch.cuda.get_device_name(pair.device)}"
-    import transformers
-
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "ram_gb": ram_gb,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "device": str(pair.device),
-        "dtype": dtype_name(pair.target.dtype),
-        "draft_dtype": dtype_name(pair.draft.dtype) if pair.draft is not None else None,
-    }
-
-
-def dtype_name(dt: torch.dtype) -> str:
-    return next(k for k, v in DTYPES.items() if v == dt)
+def expand_modes(modes, variants: list[str]) -> list[str]:
+    """plain first (the reference for every other mode); each draft-model mode once per variant,
+    named `spec@int4-v32k` when several variants are compared."""
+    out = ["plain"]
+    for mode in modes:
+        base, own = split_mode(mode)
+        if base not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)} (draft-model modes may name a variant: spec@int4)")
+        if own is not None:
+            parse_variant(own)
+            out.append(mode)
+        elif base in DRAFT_MODES and len(variants) > 1:
+            out += [f"{base}@{v}" for v in variants]
+        elif base != "plain":
+            out.append(base)
+    return list(dict.fromkeys(out))
 
 
 def bench(
@@ -249,6 +250,7 @@ def bench(
     prompts: list[dict],
     *,
     modes=DEFAULT_MODES,
+    variants: list[str] | None = None,
     k: int = 5,
     max_new_tokens: int = 96,
     repeats: int = 1,
@@ -256,20 +258,26 @@ def bench(
     warmup_tokens: int = 8,
     log=lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict:
-    """Run every mode on every prompt; return {"results", "summary", "machine", "settings"}."""
-    modes = ["plain"] + [m for m in modes if m != "plain"]  # plain is the reference for every other mode
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise ValueError(f"unknown modes {unknown}; choose from {', '.join(MODES)}")
-    if pair.draft is None and any(m in ("spec", "best") or m.startswith("hf_assisted") for m in modes):
+    """Run every mode on every prompt; return {"results", "summary", "machine", "settings"}.
+    `variants`: the draft variants of the draft-model modes (default: the measured default)."""
+    variants = variants or [default_variant(pair.device)]
+    for v in variants:
+        parse_variant(v)
+    modes = expand_modes(modes, variants)
+    if pair.draft is None and any(split_mode(m)[0] in DRAFT_MODES or m.startswith("hf_assisted") for m in modes):
         raise ValueError(f"pair {pair.name!r} has no draft model")
     encoded = [pair.encode_prompt(p["prompt"], chat=p.get("chat", pair.chat), max_new_tokens=max_new_tokens) for p in prompts]
+    variant_of = {m: split_mode(m)[1] or variants[0] for m in modes if split_mode(m)[0] in DRAFT_MODES}
 
-    # One short warm-up run of every mode: first calls pay for allocations and lazy setup.
+    def run(mode, prompt_ids, tokens):
+        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"))
+
+    # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
+    # building (or loading) draft variants and the int4 target, which the timed runs then reuse.
     for mode in modes:
-        run_mode(pair, encoded[0], mode, k, warmup_tokens, schedule)
+        run(mode, encoded[0], warmup_tokens)
 
-    results, spec_events = [], {}
+    results, events = [], {}
     total = len(prompts) * repeats * len(modes)
     done = 0
     for p, prompt_ids in zip(prompts, encoded):
@@ -278,144 +286,62 @@ def bench(
         for r in range(repeats):
             # Rotate the order each round so no mode always runs right after another.
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
-                run = run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule)
-                runs[mode].append(run)
+                out = run(mode, prompt_ids, max_new_tokens)
+                runs[mode].append(out)
                 done += 1
-                log(f"[{done}/{total}] {pid} {mode}: {len(run['ids'])} tokens in {run['seconds']:.2f} s ({len(run['ids']) / run['seconds']:.2f} tok/s)")
+                log(f"[{done}/{total}] {pid} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s ({len(out['ids']) / out['seconds']:.2f} tok/s)")
         plain_ids = runs["plain"][0]["ids"]
         for mode in modes:
-            seconds = [run["seconds"] for run in runs[mode]]
+            seconds = [out["seconds"] for out in runs[mode]]
             first = runs[mode][0]
             median_s = statistics.median(seconds)
-            results.append(Result(
+            result = Result(
                 prompt=pid,
                 mode=mode,
                 tokens=len(first["ids"]),
                 seconds=median_s,
                 tok_s=len(first["ids"]) / median_s,
-                identical_to_plain=None if mode == "plain" else all(run["ids"] == plain_ids for run in runs[mode]),
+                identical_to_plain=None if mode == "plain" else all(out["ids"] == plain_ids for out in runs[mode]),
                 acceptance_rate=first["acceptance_rate"],
                 target_passes=first["target_passes"],
                 mean_k=first["mean_k"],
                 runs_s=seconds,
-            ))
-        if "spec" in runs:
-            spec_events[pid] = (runs["spec"][0]["events"], runs["plain"][0]["events"])
+                draft_variant=variant_of.get(mode),
+            )
+            if "events" in first:
+                events[pid, mode] = first["events"]
+            if mode == "plain_int4":
+                result.first_difference = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
+                result.agree_first_64 = agreement(first["ids"], plain_ids, 64)
+            results.append(result)
 
+    draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items()}
+    draft_gb.update({m: resident_gb(pair.draft) for m in modes if m.startswith("hf_assisted")})
+    summary = summarize_results(results, events, modes, draft_gb)
+    if "plain_int4" in modes:
+        summary["target_memory_gb"] = {"plain": resident_gb(pair.target), "plain_int4": resident_gb(target_model(pair, "int4"))}
     return {
         "results": [asdict(r) for r in results],
-        "summary": summarize_results(results, spec_events, modes, k),
+        "summary": summary,
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
-                     "schedule": schedule, "modes": list(modes), "best": _best_description(),
+                     "schedule": schedule, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
                      "timing": "wall time of the whole generate call, prompt prefill included, median over repeats"},
     }
+
+
+def departure(lossy: list, exact: list, dtype_name: str) -> dict | None:
+    """Where the lossy lane's output first departs from plain decoding's: index and both tokens."""
+    d = first_difference(lossy, exact, dtype_name)
+    if d is None:
+        return None
+    return {"index": d.index, "lossy_token": d.spec_token, "exact_token": d.plain_token,
+            "lossy_text": d.spec_text, "exact_text": d.plain_text}
 
 
 def _best_description() -> str:
     b = best_config(GenerationConfig())
     return f"drafter={b.drafter}, adaptive_k={b.adaptive_k}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
-
-
-def summarize_results(results: list[Result], spec_events: dict, modes, k: int) -> dict:
-    by = {(r.prompt, r.mode): r for r in results}
-    prompts = list(dict.fromkeys(r.prompt for r in results))
-
-    def ratio(mode: str, over: str) -> float | None:
-        if mode not in modes or over not in modes:
-            return None
-        return geomean([by[p, mode].tok_s / by[p, over].tok_s for p in prompts])
-
-    summary = {
-        "speedup_vs_plain": {m: ratio(m, "plain") for m in modes if m != "plain"},
-        "ratio_vs_hf_assisted": ratio("spec", "hf_assisted"),
-        "ratio_best_vs_hf_assisted": ratio("best", "hf_assisted"),
-        "ratio_vs_hf_assisted_cpulinear": ratio("spec", "hf_assisted_cpulinear"),  # same kernels: the loops alone
-        "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
-        "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes if m != "plain"},
-    }
-    summary["leviathan"] = leviathan(spec_events, by) if spec_events else None
-    return summary
-
-
-def leviathan(spec_events: dict, by: dict) -> dict:
-    """Measured speedup of `spec` over `plain` against Leviathan et al.'s prediction, per prompt.
-
-    Both sides leave the prompt out: the formula models decoding, so `measured` here is the ratio
-    of tokens/s after prefill (the events' elapsed time), not the whole-call ratio of the table.
-    Three predictions, from the textbook to the measured:
-    - textbook: (1 - a^(K+1)) / ((1 - a)(K c + 1)), c = draft pass / decode step. It assumes a
-      K+1-token verify pass costs one decode step (true on a GPU, not on a CPU) and that each
-      draft token is accepted independently with probability a = accepted / drafted;
-    - with_costs: the same expected tokens per pass, times t_decode / (K t_draft + t_verify);
-    - from_passes: the measured tokens per target pass instead of the expected ones (acceptance
-      comes in runs, so real passes carry more tokens than the independent model says); what is
-      left to explain is whether the passes account for all the time."""
-    rows = {}
-    for pid, (spec, plain) in spec_events.items():
-        m, p = summarize(spec), summarize(plain)
-        if not m.drafted:
-            continue
-        a, kk = m.acceptance_rate, m.mean_k
-        c = m.draft_pass_s / p.target_pass_s  # draft pass over one decode step of the target
-        cost = p.target_pass_s / (kk * m.draft_pass_s + m.target_pass_s)  # decode steps' time per speculative step
-        predicted = {
-            "textbook": expected_tokens_per_pass(a, kk) / (kk * c + 1),
-            "with_costs": expected_tokens_per_pass(a, kk) * cost,
-            "from_passes": m.tokens_per_step * cost,
-        }
-        measured = m.tokens_per_s / p.tokens_per_s  # prefill excluded on both sides
-        rows[pid] = {
-            "acceptance_rate": a, "mean_k": kk, "c": c, "tokens_per_pass": m.tokens_per_step,
-            "expected_tokens_per_pass": expected_tokens_per_pass(a, kk),
-            "verify_over_decode": m.target_pass_s / p.target_pass_s,  # cost of a K+1-token pass in decode steps
-            "draft_pass_ms": 1000 * m.draft_pass_s, "decode_pass_ms": 1000 * p.target_pass_s, "verify_pass_ms": 1000 * m.target_pass_s,
-            "measured": measured,
-            **{f"predicted_{k}": v for k, v in predicted.items()},
-            **{f"measured_over_{k}": measured / v for k, v in predicted.items()},
-        }
-    out = {"per_prompt": rows, "c": statistics.median(r["c"] for r in rows.values()) if rows else None}
-    for k in ("textbook", "with_costs", "from_passes"):
-        out[f"measured_over_{k}"] = geomean([r[f"measured_over_{k}"] for r in rows.values()])
-    return out
-
-
-# --- output ---------------------------------------------------------------------------------------
-
-
-def table(report: dict) -> str:
-    rows = report["results"]
-    plain = {r["prompt"]: r["tok_s"] for r in rows if r["mode"] == "plain"}
-    head = f"{'prompt':<20} {'mode':<22} {'tokens':>6} {'seconds':>8} {'tok/s':>7} {'x plain':>7} {'same':>5} {'accept':>6}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        same = "" if r["identical_to_plain"] is None else ("yes" if r["identical_to_plain"] else "NO")
-        acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.0%}"
-        lines.append(f"{r['prompt'][:20]:<20} {r['mode']:<22} {r['tokens']:>6} {r['seconds']:>8.2f} {r['tok_s']:>7.2f} "
-                     f"{r['tok_s'] / plain[r['prompt']]:>6.2f}x {same:>5} {acc:>6}")
-    s = report["summary"]
-    lines.append("")
-    lines.append("geomean speedup vs plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_plain"].items() if v))
-    for key in ("ratio_vs_hf_assisted", "ratio_best_vs_hf_assisted", "ratio_vs_hf_assisted_cpulinear", "ratio_lookup_vs_hf_lookup"):
-        if s[key]:
-            lines.append(f"{key}: {s[key]:.2f}x")
-    lev = s.get("leviathan")
-    if lev and lev["c"] is not None:
-        lines.append(f"c (draft pass / decode step) {lev['c']:.3f}; spec measured/predicted (prefill excluded): textbook "
-                     f"{lev['measured_over_textbook']:.2f}, with measured pass costs {lev['measured_over_with_costs']:.2f}, "
-                     f"with measured costs and tokens per pass {lev['measured_over_from_passes']:.2f}")
-    m = report["machine"]
-    lines.append(f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, transformers {m['transformers']}, "
-                 f"{m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
-    return "\n".join(lines)
-
-
-def add_bench_args(p: argparse.ArgumentParser) -> None:
-    """Options beyond the common model ones (the `bench` subcommand and `python -m specdec.bench`)."""
-    p.add_argument("--draft-dtype", choices=list(DTYPES), help="the draft model's dtype (default: --dtype)")
-    p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
-    p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")
-    p.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma-separated, from {', '.join(MODES)}")
 
 
 def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
@@ -425,7 +351,7 @@ def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
 
 
 def run_bench(args) -> int:
-    from .__main__ import load
+    from .cli_args import load, variant_names
 
     if getattr(args, "exact", False):
         args.dtype = "fp32"
@@ -437,7 +363,7 @@ def run_bench(args) -> int:
     pair = load(args)
     set_draft_dtype(pair, getattr(args, "draft_dtype", None))
     modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    report = bench(pair, prompts, modes=modes, k=args.k, max_new_tokens=args.max_new_tokens,
+    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), k=args.k, max_new_tokens=args.max_new_tokens,
                    repeats=args.repeats, schedule=getattr(args, "schedule", "constant"))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
@@ -447,10 +373,20 @@ def run_bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m specdec.bench ...` is `python -m specdec bench ...`: one parser serves both."""
-    from .__main__ import main as cli_main
+    """`python -m specdec.bench ...` is `python -m specdec bench ...`: the same options (cli_args)."""
+    import argparse
 
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
+    from .bundle import BundleError
+    from .cli_args import add_bench_command_args
+
+    parser = argparse.ArgumentParser(prog="python -m specdec.bench", description=__doc__.splitlines()[0])
+    add_bench_command_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_bench(args)
+    except (ValueError, BundleError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -50,3 +50,8 @@ def first_difference(spec: list[StepEvent], plain: list[StepEvent], dtype_name: 
             is_tie=margin < TIE_MARGIN.get(dtype_name, 1e-3),
         )
     return None
+
+
+def agreement(a: list[int], b: list[int], n: int = 64) -> int:
+    """How many of the first n positions hold the same token in both outputs."""
+    return sum(x == y for x, y in zip(a[:n], b[:n]))

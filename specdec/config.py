@@ -23,6 +23,7 @@ class GenerationConfig:
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
+    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/variants.py)
 
     @property
     def greedy(self) -> bool:
@@ -44,6 +45,9 @@ class GenerationConfig:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence!r}")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        from .variants import parse_variant  # raises naming draft_variant and the allowed names
+
+        parse_variant(self.draft_variant)
         return self
 
 

@@ -23,6 +23,7 @@ from .events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, 
 from .models import ModelPair
 from .sampling import probs_from_logits
 from .text import TextTracker
+from .variants import draft_model
 
 
 def generate(
@@ -63,7 +64,8 @@ class Decoding:
         self.generator = torch.Generator(device=pair.device).manual_seed(config.seed)  # seeded once per run
         self.target = CachedModel(pair.target, pair.vocab_size)
         uses_model = config.drafter in ("model", "auto")
-        self.model_drafter = ModelDrafter(pair.draft, pair.vocab_size, config, self.generator) if uses_model else None
+        draft = draft_model(pair, config.draft_variant) if uses_model else None  # built once per pair and variant
+        self.model_drafter = ModelDrafter(draft, pair.vocab_size, config, self.generator) if uses_model else None
         # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
         # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
         # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md).

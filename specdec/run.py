@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .compare import Difference, first_difference
+from .compare import Difference, agreement, first_difference
 from .config import GenerationConfig
 from .engine import generate
 from .metrics import RunMetrics, summarize
@@ -20,6 +20,14 @@ class RunResult:
     plain_events: list | None = None
     plain: RunMetrics | None = None
     difference: Difference | None = None
+    lossy_events: list | None = None  # plain decoding with the int4-quantized target (lossy)
+    lossy: RunMetrics | None = None
+    lossy_difference: Difference | None = None  # where the lossy output first departs from the exact target's
+    lossy_agreement: int | None = None  # how many of the first 64 tokens agree with the exact target's
+
+    @property
+    def draft_variant(self) -> str | None:
+        return self.config.draft_variant if self.config.drafter in ("model", "auto") else None
 
     @property
     def text(self) -> str:
@@ -37,6 +45,7 @@ class RunResult:
             "pair": self.pair.name,
             "device": str(self.pair.device),
             "dtype": self.pair.dtype_name,
+            "draft_variant": self.draft_variant,
             "text": self.text,
             "tokens": [t for e in self.spec_events for t in e.emitted],
             "steps": [{"drafted": list(e.drafted), "accepted": e.accepted, "emitted": list(e.emitted), "kind": e.kind} for e in self.spec_events],
@@ -58,11 +67,20 @@ class RunResult:
             out["identical_to_plain"] = self.difference is None
             if self.difference is not None:
                 out["first_difference"] = self.difference.as_dict()
+        if self.lossy is not None:
+            d = self.lossy_difference
+            out["plain_int4"] = {
+                "tokens": [t for e in self.lossy_events for t in e.emitted], "tokens_per_s": self.lossy.tokens_per_s,
+                "identical_to_target": d is None, "agree_first_64": self.lossy_agreement,
+                "first_difference": None if d is None else {"index": d.index, "lossy_token": d.spec_token, "exact_token": d.plain_token,
+                                                            "lossy_text": d.spec_text, "exact_text": d.plain_text},
+            }
         return out
 
     def summary_line(self) -> str:
         m = self.spec
         parts = [
+            f"draft {self.draft_variant}" if self.draft_variant else f"drafter {self.config.drafter}",
             f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_step:.2f}/pass)",
             f"acceptance {m.acceptance_rate:.0%}",
             f"{m.tokens_per_s:.1f} tok/s",
@@ -77,15 +95,41 @@ class RunResult:
             else:
                 cause = "a numerical tie" if d.is_tie else "NOT a tie"
                 parts.append(f"differs at token {d.index}: {d.spec_text!r} vs {d.plain_text!r} (top-2 margin {d.margin:.4f}, {cause})")
+        if self.lossy is not None:
+            d = self.lossy_difference
+            where = "identical to the exact target" if d is None else (
+                f"departs at token {d.index}: {d.spec_text!r} for {d.plain_text!r}, "
+                f"{self.lossy_agreement}/{min(64, len(tokens_of(self.plain_events)))} of the first tokens agree")
+            parts.append(f"plain int4 target (lossy) {self.lossy.tokens_per_s:.1f} tok/s, {where}")
         return " | ".join(parts)
 
 
-def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, with_plain: bool = False) -> RunResult:
+def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, with_plain: bool = False,
+                 with_plain_int4: bool = False) -> RunResult:
+    """The run as configured; with_plain: plain decoding too; with_plain_int4: plain decoding with
+    an int4-quantized target too (which needs the exact plain run to say where it departs)."""
     spec_events = list(generate(pair, prompt, config, chat=chat))
     result = RunResult(pair, config, spec_events, summarize(spec_events))
-    if with_plain:
+    if with_plain or with_plain_int4:
         plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat))
         result.plain_events = plain_events
         result.plain = summarize(plain_events)
         result.difference = first_difference(spec_events, plain_events, pair.dtype_name)
+    if with_plain_int4:
+        lossy_events = list(plain_int4_run(pair, prompt, config, chat=chat))
+        result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)
+        result.lossy_difference = first_difference(lossy_events, result.plain_events, pair.dtype_name)
+        result.lossy_agreement = agreement(tokens_of(lossy_events), tokens_of(result.plain_events), 64)
     return result
+
+
+def plain_int4_run(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, stop=None):
+    """Plain decoding, same settings, with the target quantized to int4 (the lossy lane)."""
+    from .variants import target_model
+
+    lossy_pair = replace(pair, target=target_model(pair, "int4"))
+    return generate(lossy_pair, prompt, replace(config, drafter="none"), chat=chat, stop=stop)
+
+
+def tokens_of(events: list) -> list[int]:
+    return [t for e in events for t in e.emitted]

@@ -42,7 +42,10 @@ def test_json_shape(report):
     assert all(v > 0 for v in s["speedup_vs_plain"].values())
     assert s["ratio_vs_hf_assisted"] > 0
     assert {"c", "measured_over_textbook", "measured_over_with_costs", "measured_over_from_passes", "per_prompt"} <= s["leviathan"].keys()
-    assert {"cpu", "cores", "torch", "dtype", "device"} <= report["machine"].keys()
+    assert {"cpu", "cpu_flags", "cores", "torch", "dtype", "device"} <= report["machine"].keys()
+    assert set(s["cost_ratio_c"]) == {"spec", "best"} and all(c > 0 for c in s["cost_ratio_c"].values())
+    assert set(s["draft_memory_gb"]) == {"spec", "best", "hf_assisted"} and all(g > 0 for g in s["draft_memory_gb"].values())
+    assert {r["draft_variant"] for r in report["results"] if r["mode"] in ("spec", "best")} == set(report["settings"]["draft_variants"])
 
 
 def test_our_greedy_modes_equal_plain(report):
@@ -68,3 +71,29 @@ def test_bad_prompt_file(tmp_path):
 def test_geomean():
     assert geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert geomean([]) is None
+
+
+def test_variants_side_by_side_and_the_lossy_lane(tiny_pair):
+    report = bench(tiny_pair, PROMPTS[:1], modes=["plain", "spec", "plain_int4"], variants=["bf16", "int4-v16k"],
+                   k=4, max_new_tokens=12, warmup_tokens=2, log=lambda line: None)
+    by = {r["mode"]: r for r in report["results"]}
+    assert list(by) == ["plain", "spec@bf16", "spec@int4-v16k", "plain_int4"]
+    assert by["spec@bf16"]["identical_to_plain"] and by["spec@int4-v16k"]["identical_to_plain"]  # a cheaper draft changes nothing
+    assert by["spec@int4-v16k"]["draft_variant"] == "int4-v16k"
+    s = report["summary"]
+    assert s["draft_memory_gb"]["spec@int4-v16k"] < s["draft_memory_gb"]["spec@bf16"]
+    lossy = by["plain_int4"]
+    assert 0 <= lossy["agree_first_64"] <= lossy["tokens"]
+    if lossy["identical_to_plain"]:
+        assert lossy["first_difference"] is None
+    else:  # the quantized target wrote something else: where, and which two tokens
+        d = lossy["first_difference"]
+        assert d["lossy_token"] != d["exact_token"] and lossy["agree_first_64"] >= d["index"]
+    assert s["target_memory_gb"]["plain_int4"] < s["target_memory_gb"]["plain"]
+
+
+def test_bad_mode_and_variant_names(tiny_pair):
+    with pytest.raises(ValueError, match="unknown mode"):
+        bench(tiny_pair, PROMPTS[:1], modes=["plain", "fast"], max_new_tokens=2, log=lambda line: None)
+    with pytest.raises(ValueError, match="draft_variant must be one of"):
+        bench(tiny_pair, PROMPTS[:1], modes=["spec"], variants=["int3"], max_new_tokens=2, log=lambda line: None)

@@ -8,7 +8,7 @@ def test_generate_json_with_compare(capsys):
             "--k", "4", "--max-new-tokens", "20", "--compare", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {"pair", "device", "dtype", "text", "tokens", "steps", "metrics", "plain", "speedup", "identical_to_plain"} <= out.keys()
+    assert {"pair", "device", "dtype", "draft_variant", "text", "tokens", "steps", "metrics", "plain", "speedup", "identical_to_plain"} <= out.keys()
     assert {"acceptance_rate", "tokens_per_step", "target_passes", "tokens_per_s", "cost_ratio_c", "predicted_speedup"} <= out["metrics"].keys()
     assert out["identical_to_plain"] is True and out["tokens"] == out["plain"]["tokens"]
     assert len(out["tokens"]) == 20 and out["metrics"]["target_passes"] == len(out["steps"])
@@ -19,3 +19,24 @@ def test_generate_prints_ansi_colours(capsys):
     assert main(["generate", "--pair", "tiny-random", "--prompt", "def f(x):", "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
     assert "\033[32m" in out and "acceptance" in out
+
+
+def test_generate_with_a_variant_and_the_lossy_lane(capsys):
+    argv = ["generate", "--pair", "tiny-random", "--dtype", "fp32", "--prompt", "for i in range(10):",
+            "--max-new-tokens", "12", "--draft-variant", "int8", "--plain-int4", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft_variant"] == "int8" and out["identical_to_plain"] is True
+    lossy = out["plain_int4"]
+    assert len(lossy["tokens"]) == 12 and 0 <= lossy["agree_first_64"] <= 12
+    assert lossy["identical_to_target"] == (lossy["first_difference"] is None)
+
+
+def test_status_line_names_the_variant(capsys):
+    assert main(["generate", "--pair", "tiny-random", "--prompt", "def f(x):", "--max-new-tokens", "8", "--draft-variant", "int4-v32k"]) == 0
+    assert "draft int4-v32k" in capsys.readouterr().out
+
+
+def test_bad_variant_exits_2(capsys):
+    assert main(["generate", "--pair", "tiny-random", "--prompt", "x", "--draft-variant", "int2"]) == 2
+    assert "draft_variant must be one of" in capsys.readouterr().err

@@ -1,0 +1,214 @@
+"""Draft variants (specdec/variants.py): names, quantization error, exact output with every
+variant, the truncated head's distribution, and the disk cache."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import run_checked, tokens
+from specdec import variants
+from specdec.acceptance import speculative_sample
+from specdec.config import GenerationConfig
+from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize
+from specdec.sampling import probs_from_logits
+from specdec.variants import VARIANTS, SubsetHead, VariantSpec, parse_variant
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_pair):
+    """tiny-random with every variant built in memory, the truncated heads scaled to its vocabulary."""
+    built = {}
+    for name in VARIANTS:
+        spec = parse_variant(name)
+        if not spec.is_stock:
+            small = replace(spec, vocab=spec.vocab // TINY_HEAD if spec.vocab else None)
+            built[name] = variants.load_or_build(tiny_pair, small)
+    return replace(tiny_pair, variants=built)
+
+
+@pytest.fixture(scope="module")
+def plain(pair):
+    return tokens(run_checked(pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=40)))
+
+
+def test_names_parse_and_bad_names_are_refused():
+    assert parse_variant("int4-v32k") == VariantSpec("int4-v32k", 4, 32768)
+    assert parse_variant("bf16").is_stock and parse_variant("int8").vocab is None
+    assert parse_variant("bf16-v16k") == VariantSpec("bf16-v16k", None, 16384)
+    for bad in ("int5", "int4-v8k", "INT4", "", None, "int4-v32k-v16k"):
+        with pytest.raises(ValueError, match="draft_variant must be one of bf16, bf16-v16k"):
+            parse_variant(bad)
+    with pytest.raises(ValueError, match="draft_variant"):
+        GenerationConfig(draft_variant="fp8").validate()
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_greedy_output_is_identical_with_every_variant(pair, plain, name):
+    events = run_checked(pair, PROMPT, GenerationConfig(k=4, max_new_tokens=40, draft_variant=name))
+    assert tokens(events) == plain
+    assert sum(e.accepted for e in events) > 0  # the variant really drafted, and the target kept some
+    head = variants.draft_model(pair, name).get_output_embeddings()
+    if isinstance(head, SubsetHead):
+        kept = set(head.ids.tolist())
+        assert all(t in kept for e in events for t in e.drafted)  # the draft proposes only from its subset
+        assert any(t not in kept for t in plain)  # ...and the output still holds tokens outside it
+
+
+def test_truncated_head_samples_from_its_subset(pair):
+    events = run_checked(pair, PROMPT, GenerationConfig(k=3, temperature=1.0, seed=5, max_new_tokens=32, draft_variant="int4-v16k"))
+    kept = set(variants.draft_model(pair, "int4-v16k").get_output_embeddings().ids.tolist())
+    drafted = [t for e in events for t in e.drafted]
+    assert drafted and all(t in kept for t in drafted)
+    assert all(q > 0 for e in events for q in e.p_draft)
+
+
+def test_variants_shrink_resident_memory(pair):
+    stock = module_bytes(pair.draft)
+    sizes = {name: module_bytes(variants.draft_model(pair, name)) for name in ("int8", "int4", "int4-v32k")}
+    assert sizes["int4-v32k"] < sizes["int4"] < sizes["int8"] < stock
+
+
+# --- quantization ---------------------------------------------------------------------------------
+
+
+def test_int8_error_is_at_most_half_a_step():
+    w = torch.randn(48, 96)
+    qw = quantize(w, 8)
+    assert ((qw.dequantize() - w).abs() <= qw.scale[:, None] / 2 + 1e-6).all()
+
+
+def test_int4_search_never_does_worse_than_min_max():
+    torch.manual_seed(0)
+    w = torch.randn(40, 128) * torch.rand(40, 1)
+    w[0, 5] = 9.0  # an outlier: clipping the range helps every other weight of its group
+    chosen = quantize(w, 4, group=32)
+    err = (chosen.dequantize() - w).square().reshape(40, 4, 32).sum(-1)
+    groups = w.reshape(40, 4, 32)
+    step = (groups.amax(-1) - groups.amin(-1)) / 15
+    minmax_bound = (step / 2).square() * 32  # min-max rounding: at most half a step per weight
+    assert (err <= minmax_bound + 1e-6).all()
+    assert err[0, 0] < 0.5 * minmax_bound[0, 0]  # the outlier's group gains from clipping
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_linear_computes_x_times_the_dequantized_weight(bits, dtype):
+    torch.manual_seed(1)
+    w, b, x = torch.randn(96, 64), torch.randn(96), torch.randn(2, 3, 64)
+    qw = quantize(w, bits, group=32)
+    want = x @ qw.dequantize().T + b  # (2, 3, 96)
+    tol = 1e-3 if dtype == torch.float32 else 0.3
+    for kernel in (True, False):  # torch's CPU kernel, and the dequantize-on-the-fly path used off the CPU
+        layer = QuantLinear(qw, b, dtype, torch.device("cpu"), kernel=kernel)
+        got = layer(x.to(dtype)).float()
+        assert got.shape == (2, 3, 96)
+        torch.testing.assert_close(got, want, atol=tol, rtol=0.02)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_embedding_reads_dequantized_rows(bits):
+    w = torch.randn(50, 64)
+    qw = quantize(w, bits, group=32)
+    ids = torch.tensor([[3, 7, 3], [49, 0, 1]])
+    got = QuantEmbedding(qw, torch.float32, torch.device("cpu"))(ids)
+    torch.testing.assert_close(got, qw.dequantize()[ids])
+
+
+# --- the truncated head keeps rejection sampling exact --------------------------------------------
+
+SIGNIFICANCE = 1e-3
+TRIALS = 4000
+P = torch.tensor([0.30, 0.22, 0.15, 0.12, 0.09, 0.07, 0.05])  # the target; tokens 5 and 6 lie outside the subset
+DRAFT_LOGITS = torch.tensor([0.2, 1.5, -0.3, 0.9, 1.1, 2.0, 0.4])  # the draft's full-vocabulary scores
+SUBSET = torch.tensor([0, 1, 2, 3, 4])
+
+
+def truncated_q() -> torch.Tensor:
+    """q as a truncated-head variant makes it: the head's -inf row through the engine's softmax."""
+    head = SubsetHead(torch.nn.Identity(), SUBSET, vocab=len(P))
+    return probs_from_logits(head(DRAFT_LOGITS[SUBSET][None]), temperature=1.0)[0]
+
+
+def broken_q() -> torch.Tensor:
+    """The mistake the design rules out: a full-vocabulary softmax cut to the subset, not renormalised."""
+    return torch.softmax(DRAFT_LOGITS, -1) * torch.isin(torch.arange(len(P)), SUBSET)
+
+
+def first_token_counts(q: torch.Tensor) -> list[int]:
+    generator = torch.Generator().manual_seed(99)
+    k = 2
+    p, qs = P.expand(k + 1, -1), q.expand(k, -1)
+    counts = [0] * len(P)
+    for _ in range(TRIALS):
+        drafts = torch.multinomial(qs, 1, generator=generator).squeeze(-1)  # proposals come from the subset
+        n, token = speculative_sample(drafts, p, qs, generator)
+        counts[(drafts[: int(n)].tolist() + [int(token)])[0]] += 1
+    return counts
+
+
+def p_value(counts) -> float:
+    expected = P.double() / P.double().sum()
+    return chisquare(counts, (sum(counts) * expected).tolist()).pvalue
+
+
+def test_truncated_head_q_lives_on_the_subset():
+    q = truncated_q()
+    assert q[5:].sum() == 0 and torch.isclose(q.sum(), torch.tensor(1.0))
+
+
+def test_truncated_head_keeps_the_target_distribution():
+    counts = first_token_counts(truncated_q())
+    assert counts[5] > 0 and counts[6] > 0  # tokens outside the subset still come out, via the residual
+    assert p_value(counts) > SIGNIFICANCE
+
+
+def test_unrenormalised_subset_q_is_detected():
+    assert p_value(first_token_counts(broken_q())) < SIGNIFICANCE
+
+
+# --- the disk cache -------------------------------------------------------------------------------
+
+
+def _cached_pair(tiny_pair, root):
+    """tiny-random as if its draft had a converted folder under `root` (config + the converter's marker)."""
+    draft_dir = root / "tiny-draft"
+    draft_dir.mkdir(exist_ok=True)
+    tiny_pair.draft.config.save_pretrained(draft_dir)
+    (draft_dir / "complete.json").write_text(json.dumps({"sha256": "tiny", "format": 1}))
+    return replace(tiny_pair, draft_dir=draft_dir, variants={})
+
+
+def test_variant_is_built_once_and_then_loaded_from_disk(tiny_pair, tmp_path, monkeypatch):
+    first = _cached_pair(tiny_pair, tmp_path)
+    built = variants.draft_model(first, "int4")
+    folder = tmp_path / "tiny-draft.int4"
+    assert (folder / "complete.json").is_file() and (folder / "variant.safetensors").is_file()
+    assert not list(tmp_path.glob(".*.partial"))
+    assert variants.draft_model(first, "int4") is built  # kept by the pair: switching back costs nothing
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("rebuilt although the cache was complete")
+
+    monkeypatch.setattr(variants, "quantized_state", no_rebuild)
+    restarted = _cached_pair(tiny_pair, tmp_path)  # a new process: nothing in memory
+    loaded = variants.draft_model(restarted, "int4")
+    ids = torch.tensor([[5, 9, 17, 33]])
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, built(input_ids=ids).logits)
+
+
+def test_stale_or_partial_cache_is_rebuilt(tiny_pair, tmp_path):
+    pair = _cached_pair(tiny_pair, tmp_path)
+    variants.draft_model(pair, "int8")
+    folder = tmp_path / "tiny-draft.int8"
+    (pair.draft_dir / "complete.json").write_text(json.dumps({"sha256": "another draft", "format": 1}))
+    (folder / "variant.safetensors").write_bytes(b"stale")
+    assert not variants.is_complete(folder, pair.draft_dir)
+    variants.draft_model(replace(pair, variants={}), "int8")  # rebuilds and rewrites the folder
+    assert variants.is_complete(folder, pair.draft_dir)
