@@ -36,8 +36,8 @@ class QuantWeight:
 
     bits: int  # 8 or 4
     q: torch.Tensor  # int8 (out, in) | uint8 (out, in/2), two columns per byte, even column in the low nibble
-    scale: torch.Tensor  # float32 (out,) | (out, in/group)
-    low: torch.Tensor | None  # int4 only: float32 (out, in/group), the value of q = 0
+    scale: torch.Tensor  # int8: float32 (out,) | int4: float16 (out, in/group)
+    low: torch.Tensor | None  # int4 only: float16 (out, in/group), the value of q = 0
     group: int = 0  # int4 only
 
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
@@ -57,7 +57,7 @@ class QuantWeight:
         q = unpack_nibbles(self.q).float()  # (out, in)
         out, cols = q.shape
         q = q.reshape(out, cols // self.group, self.group)
-        return (q * self.scale[..., None] + self.low[..., None]).reshape(out, cols)
+        return (q * self.scale.float()[..., None] + self.low.float()[..., None]).reshape(out, cols)
 
 
 def quantize(weight: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantWeight:
@@ -77,7 +77,7 @@ def quantize(weight: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantW
     best_err = best_scale = best_low = None
     for frac in CLIP_CANDIDATES:  # shrink the range around its middle; keep the best per group
         mid, half = (hi + lo) / 2, (hi - lo) / 2 * frac
-        scale = (2 * half / 15).clamp_min(1e-12)
+        scale = (2 * half / 15).clamp_min(1e-6)  # stays above zero in float16
         low = mid - half
         q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15)
         err = (q * scale[..., None] + low[..., None] - groups).square().sum(dim=-1)  # (out, G)
@@ -88,7 +88,11 @@ def quantize(weight: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantW
             best_err = torch.where(better, err, best_err)
             best_scale = torch.where(better, scale, best_scale)
             best_low = torch.where(better, low, best_low)
-    q = ((groups - best_low[..., None]) / best_scale[..., None]).round().clamp(0, 15).to(torch.uint8)
+    # Stored in float16 (a sixteenth of a 4-bit weight's bytes each), and rounded before q is chosen
+    # so that q is the best choice for the values actually kept.
+    best_scale, best_low = best_scale.half(), best_low.half()
+    scale, low = best_scale.float()[..., None], best_low.float()[..., None]
+    q = ((groups - low) / scale).round().clamp(0, 15).to(torch.uint8)
     return QuantWeight(4, pack_nibbles(q.reshape(out, cols)), best_scale, best_low, group)
 
 
@@ -116,14 +120,17 @@ class QuantLinear(nn.Module):
         self.kernel = device.type == "cpu" if kernel is None else kernel
         self.bias = None if bias is None else nn.Parameter(bias.to(device=device, dtype=dtype), requires_grad=False)
         if self.kernel and weight.bits == 8:
-            self.register_buffer("q", weight.q.to(device))
-            self.register_buffer("scale", weight.scale.to(device=device, dtype=dtype))
+            # copy=True: tensors read from a safetensors file may sit at offsets the kernel's
+            # vector loads cannot take (a segfault, not an error); a fresh allocation is aligned.
+            self.register_buffer("q", weight.q.to(device, copy=True))
+            self.register_buffer("scale", weight.scale.to(device=device, dtype=dtype, copy=True))
         elif self.kernel:
             # The CPU kernel wants its own packed layout and (in/group, out, 2) scales and zeros with
             # w = (q - 8) * scale + zero, i.e. zero = low + 8 * scale.
             self.register_buffer("q", torch.ops.aten._convert_weight_to_int4pack_for_cpu(unpack_nibbles(weight.q).to(torch.int32), 1))
-            zero = weight.low + 8 * weight.scale
-            self.register_buffer("scale", torch.stack([weight.scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype))
+            scale = weight.scale.float()
+            zero = weight.low.float() + 8 * scale
+            self.register_buffer("scale", torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype))
         else:
             self.register_buffer("q", weight.q.to(device))
             self.register_buffer("scale", weight.scale.to(device))

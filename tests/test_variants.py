@@ -92,7 +92,7 @@ def test_int4_search_never_does_worse_than_min_max():
     groups = w.reshape(40, 4, 32)
     step = (groups.amax(-1) - groups.amin(-1)) / 15
     minmax_bound = (step / 2).square() * 32  # min-max rounding: at most half a step per weight
-    assert (err <= minmax_bound + 1e-6).all()
+    assert (err <= minmax_bound * 1.01 + 1e-6).all()  # (1%: scales are kept in float16)
     assert err[0, 0] < 0.5 * minmax_bound[0, 0]  # the outlier's group gains from clipping
 
 
