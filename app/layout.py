@@ -14,6 +14,8 @@ from pathlib import Path
 import gradio as gr
 
 from specdec.config import PRESETS
+from specdec.models import pick_device
+from specdec.variants import VARIANTS, default_variant
 
 from . import charts, render
 
@@ -43,11 +45,12 @@ class Page:
     def settings(self) -> set:
         """The controls a run reads (passed to handlers as one dict)."""
         return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
-                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected}
+                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4}
 
     def run_outputs(self) -> list:
         """Everything a frame of a run may update."""
-        return [self.status, self.spec_html, self.plain_html, self.stats, *self.plots, self.spec_events, self.plain_events]
+        return [self.status, self.spec_html, self.plain_html, self.stats, *self.plots, self.spec_events, self.plain_events,
+                self.lossy_html, self.lossy_note]
 
 
 def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
@@ -81,6 +84,11 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
             page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
                                     info=PRESETS[default_pair].description, elem_id="pair")
             page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")
+            page.draft_variant = gr.Dropdown(
+                list(VARIANTS), value=default_variant(pick_device()), label="Draft variant", elem_id="draft-variant",
+                info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
+                     "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
+            )
             page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
             page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
             with gr.Row():
@@ -93,6 +101,7 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
                 page.seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
             with gr.Row():
                 page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
+                page.plain_int4 = gr.Checkbox(False, label="Plain decoding, int4 target (lossy)", elem_id="plain-int4")
                 page.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="show-rejected")
 
 
@@ -107,6 +116,11 @@ def panes(page: Page) -> None:
             gr.HTML('<div class="pane-title">Plain decoding (same target)</div>')
             page.plain_html = gr.HTML(PENDING, elem_id="plain-pane")
     page.stats = gr.HTML(elem_id="stats")
+    # The lossy alternative: faster, and different text (shown only when its checkbox is on).
+    with gr.Column(visible=False) as page.lossy_lane:
+        gr.HTML('<div class="pane-title">Plain decoding, int4-quantized target (lossy: not the target\'s text)</div>')
+        page.lossy_note = gr.HTML(elem_id="lossy-note")
+        page.lossy_html = gr.HTML(PENDING, elem_id="lossy-pane")
 
 
 def plots(page: Page) -> None:

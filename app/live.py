@@ -20,6 +20,7 @@ from specdec import gpu_budget
 from specdec.config import GenerationConfig
 from specdec.engine import generate
 from specdec.pairs import shared_store
+from specdec.run import plain_int4_run
 
 from .layout import Page, StopFlag
 from .view import RunView, frame
@@ -63,13 +64,18 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
         max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
         adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
         top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
-        drafter=values[page.drafter],
+        drafter=values[page.drafter], draft_variant=values[page.draft_variant],
     ).validate()
 
 
-def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool) -> int:
-    """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events)."""
-    return math.ceil(gpu_budget.call_seconds(config, compare, gpu_budget.costs_for(pair_name)))
+def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False) -> int:
+    """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events;
+    the lossy lane counted as one more plain run, which it is faster than)."""
+    costs = gpu_budget.costs_for(pair_name)
+    seconds = gpu_budget.call_seconds(config, compare, costs)
+    if plain_int4:
+        seconds += gpu_budget.call_seconds(config, True, costs) - gpu_budget.call_seconds(config, False, costs)
+    return math.ceil(seconds)
 
 
 def _on_gpu(fn):
@@ -77,16 +83,20 @@ def _on_gpu(fn):
 
 
 @_on_gpu
-def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool):
+def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
     """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
-    plain run with the same settings. The pair is already loaded (in this process, or in the one a
-    ZeroGPU worker was forked from)."""
+    plain run with the same settings, then ("lossy", StepEvent) for plain decoding with an int4
+    copy of the target (built once per pair, cached on disk). The pair is already loaded (in this
+    process, or in the one a ZeroGPU worker was forked from)."""
     pair = shared_store().get(pair_name)
     for event in generate(pair, prompt, config):
         yield "spec", event
     if compare:
         for event in generate(pair, prompt, replace(config, drafter="none")):  # the baseline: nothing drafted
             yield "plain", event
+    if plain_int4:
+        for event in plain_int4_run(pair, prompt, config):
+            yield "lossy", event
 
 
 _running: dict[str, StopFlag] = {}  # session -> the stop flag of its run in flight
@@ -126,6 +136,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             config = read_config(page, values)
             compare = _flag("compare", values[page.compare])
             show_rejected = _flag("show_rejected", values[page.show_rejected])
+            plain_int4 = _flag("plain_int4", values[page.plain_int4])
             name = store.check_offered(values[page.pair])
             if gpu_budget.on_zero_gpu():
                 gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
@@ -140,12 +151,14 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             _running[session] = stop
             held.callback(_running.pop, session, None)
 
+        drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
         view = RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
-                       status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}")
+                       status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
+                       lossy_wanted=plain_int4)
         throttle = Throttle()
-        stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare)))
+        stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare, plain_int4)))
         for which, event in stream:
-            (view.spec if which == "spec" else view.plain).append(event)
+            {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[which].append(event)
             if stop.is_set():  # checked after every step: Stop, or the visitor's tab closed
                 break
             html, plots = throttle.due()

@@ -136,3 +136,16 @@ def render_badge(
         if is_tie is not None:
             msg += ": a numerical tie" if is_tie else ": not a numerical tie"
     return f'<div class="badge badge-differs">{escape(msg)}</div>'
+
+
+def render_departure(tokens_per_s: float, identical: bool, index: int | None = None, lossy_text: str | None = None,
+                     exact_text: str | None = None, agree: int = 0, compared: int = 0) -> str:
+    """The lossy lane's verdict: its speed, and where its text leaves the exact target's."""
+    speed = f"int4 target: {tokens_per_s:.1f} tok/s"
+    if identical:
+        return f'<div class="badge">{escape(speed)}, the same {compared} tokens as the exact target</div>'
+    shown = "(end of output)" if lossy_text is None else repr(lossy_text)
+    wanted = "(end of output)" if exact_text is None else repr(exact_text)
+    msg = (f"{speed}, departs from the exact target at token {index}: {shown} instead of {wanted}; "
+           f"{agree} of the first {compared} tokens agree")
+    return f'<div class="badge badge-differs">{escape(msg)}</div>'

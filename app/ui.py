@@ -35,6 +35,7 @@ def build_demo() -> gr.Blocks:
             yield from live_run(page, values, progress, session=request.session_hash if request else None)
 
         page.pair.change(lambda name: gr.update(info=PRESETS[name].description if name in PRESETS else None), page.pair, page.pair)
+        page.plain_int4.change(lambda on: gr.update(visible=bool(on)), page.plain_int4, page.lossy_lane, concurrency_limit=None)
         page.generate.click(
             on_generate, page.settings() | {page.stop}, page.run_outputs(), api_name="generate",
             concurrency_limit=1,  # one generation at a time: the pairs are shared by every session

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.compare import first_difference
+from specdec.compare import departure, first_difference
 from specdec.config import GenerationConfig
 from specdec.metrics import summarize
 
@@ -25,6 +25,8 @@ class RunView:
     finished: bool = False  # both runs done (or stopped): the badge may compare them
     stopped: bool = False
     show_rejected: bool = True
+    lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
+    lossy: list = field(default_factory=list)  # its StepEvents
 
 
 def badge(view: RunView) -> str | None:
@@ -44,6 +46,25 @@ def badge(view: RunView) -> str | None:
     )
 
 
+def lossy_note(view: RunView) -> str:
+    """Speed of the int4 target, and where its text leaves the exact target's (the speculative run's)."""
+    if not view.lossy:
+        return ""
+    if not view.finished or view.stopped:
+        return ""  # judged once the lane has finished
+    speed = summarize(view.lossy).tokens_per_s
+    if not view.config.greedy:
+        return ('<div class="badge">sampled: the lossy lane draws its own random numbers; compare it with the '
+                "target in greedy mode (temperature 0)</div>")
+    d = departure(view.lossy, view.spec, view.dtype_name)
+    diff = d.difference
+    if diff is None:
+        return render.render_departure(speed, identical=True, compared=d.compared)
+    return render.render_departure(speed, identical=False, index=diff.index, agree=d.agree, compared=d.compared,
+                                   lossy_text=None if diff.spec_token is None else diff.spec_text,
+                                   exact_text=None if diff.plain_token is None else diff.plain_text)
+
+
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
     stats = render.render_stats(summarize(view.spec), summarize(view.plain) if view.plain else None, badge=badge(view))
@@ -55,6 +76,9 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
         page.spec_events: view.spec,
         page.plain_events: view.plain,
     }
+    if view.lossy_wanted:
+        out[page.lossy_html] = render.render_tokens(view.lossy, False) if view.lossy else PENDING
+        out[page.lossy_note] = lossy_note(view)
     if plots:
         out[page.acc_plot] = charts.acceptance_figure(view.spec)
         out[page.thr_plot] = charts.throughput_figure(view.spec, view.plain)

@@ -21,7 +21,7 @@ import torch
 
 from .bench_report import geomean, machine_info, summarize_results, table  # noqa: F401 (geomean: the tests use it from here)
 from .cached_model import CpuLinear
-from .compare import agreement, first_difference
+from .compare import departure
 from .config import MAX_K, GenerationConfig
 from .engine import Decoding
 from .metrics import summarize
@@ -311,8 +311,11 @@ def bench(
             if "events" in first:
                 events[pid, mode] = first["events"]
             if mode == "plain_int4":
-                result.first_difference = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
-                result.agree_first_64 = agreement(first["ids"], plain_ids, 64)
+                d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
+                result.first_difference = None if d.difference is None else {
+                    "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
+                    "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
+                result.agree_first_64 = d.agree
             results.append(result)
 
     draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items()}
@@ -328,15 +331,6 @@ def bench(
                      "schedule": schedule, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
                      "timing": "wall time of the whole generate call, prompt prefill included, median over repeats"},
     }
-
-
-def departure(lossy: list, exact: list, dtype_name: str) -> dict | None:
-    """Where the lossy lane's output first departs from plain decoding's: index and both tokens."""
-    d = first_difference(lossy, exact, dtype_name)
-    if d is None:
-        return None
-    return {"index": d.index, "lossy_token": d.spec_token, "exact_token": d.plain_token,
-            "lossy_text": d.spec_text, "exact_text": d.plain_text}
 
 
 def _best_description() -> str:

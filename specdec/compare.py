@@ -55,3 +55,18 @@ def first_difference(spec: list[StepEvent], plain: list[StepEvent], dtype_name: 
 def agreement(a: list[int], b: list[int], n: int = 64) -> int:
     """How many of the first n positions hold the same token in both outputs."""
     return sum(x == y for x, y in zip(a[:n], b[:n]))
+
+
+@dataclass(frozen=True)
+class Departure:
+    """Where a lossy run (plain decoding with a quantized target) leaves the exact target's output."""
+
+    difference: Difference | None  # None: the first `compared` tokens are all the same
+    agree: int  # positions among the first `compared` holding the same token in both
+    compared: int  # min(64, tokens of the exact run)
+
+
+def departure(lossy: list[StepEvent], exact: list[StepEvent], dtype_name: str = "fp32", n: int = 64) -> Departure:
+    a = [t for e in lossy for t in e.emitted]
+    b = [t for e in exact for t in e.emitted]
+    return Departure(first_difference(lossy, exact, dtype_name), agreement(a, b, n), min(n, len(b)))

@@ -140,3 +140,20 @@ def test_bad_input_is_reported_and_app_stays_up(page):
     set_max_new_tokens(page, 16)
     page.click("#generate")
     page.wait_for_function("document.querySelector('#status').innerText.includes('tiny-random')", timeout=60_000)
+
+
+def test_draft_variant_and_the_lossy_lane(page):
+    box = page.locator("#draft-variant input")
+    box.click()
+    box.fill("int8")
+    page.get_by_role("option", name="int8", exact=True).click()
+    page.locator("#plain-int4 input").check()
+    page.locator("#prompt textarea").fill("for i in range(10):")
+    set_max_new_tokens(page, 24)
+    page.click("#generate")
+    page.wait_for_selector("#lossy-note .badge", timeout=120_000)  # written once the lossy lane has finished
+    assert "draft variant int8" in page.locator("#status").inner_text()
+    note = page.locator("#lossy-note").inner_text()
+    assert "int4 target:" in note and ("departs from the exact target at token" in note or "the same 24 tokens" in note), note
+    assert page.locator("#lossy-pane .tok-plain").count() > 0
+    page.locator("#plain-int4 input").uncheck()
