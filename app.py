@@ -38,7 +38,7 @@ if __name__ == "__main__":
             from specdec.variants import default_variant, draft_model
 
             pair = store.get(store.default)
-            variant = default_variant(pair.device)
+            variant = default_variant(pair.name, pair.device)
             if pair.draft is not None:
                 draft_model(pair, variant)  # the default draft variant too: from its disk cache, or built once
             print(f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}, draft variant {variant}")

@@ -85,7 +85,7 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
                                     info=PRESETS[default_pair].description, elem_id="pair")
             page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")
             page.draft_variant = gr.Dropdown(
-                list(VARIANTS), value=default_variant(pick_device()), label="Draft variant", elem_id="draft-variant",
+                list(VARIANTS), value=default_variant(default_pair, pick_device()), label="Draft variant", elem_id="draft-variant",
                 info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
                      "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
             )

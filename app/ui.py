@@ -6,7 +6,9 @@ import gradio as gr
 
 from specdec import gpu_budget
 from specdec.config import GenerationConfig, PRESETS
+from specdec.models import pick_device
 from specdec.pairs import shared_store
+from specdec.variants import default_variant
 
 from . import render
 from .layout import ASSETS, build_layout
@@ -35,6 +37,8 @@ def build_demo() -> gr.Blocks:
             yield from live_run(page, values, progress, session=request.session_hash if request else None)
 
         page.pair.change(lambda name: gr.update(info=PRESETS[name].description if name in PRESETS else None), page.pair, page.pair)
+        # Each pair starts on the draft variant measured fastest for it on this kind of machine.
+        page.pair.change(lambda name: default_variant(name, pick_device()), page.pair, page.draft_variant)
         page.plain_int4.change(lambda on: gr.update(visible=bool(on)), page.plain_int4, page.lossy_lane, concurrency_limit=None)
         page.generate.click(
             on_generate, page.settings() | {page.stop}, page.run_outputs(), api_name="generate",

@@ -260,7 +260,7 @@ def bench(
 ) -> dict:
     """Run every mode on every prompt; return {"results", "summary", "machine", "settings"}.
     `variants`: the draft variants of the draft-model modes (default: the measured default)."""
-    variants = variants or [default_variant(pair.device)]
+    variants = variants or [default_variant(pair.name, pair.device)]
     for v in variants:
         parse_variant(v)
     modes = expand_modes(modes, variants)

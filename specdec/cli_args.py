@@ -48,13 +48,13 @@ def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
 
 
 def variant_names(args, pair) -> list[str]:
-    """--draft-variant as a list (validated), or the measured default for the pair's device."""
+    """--draft-variant as a list (validated), or the measured default for the pair on this machine."""
     from .variants import parse_variant
 
     given = [v.strip() for v in (args.draft_variant or "").split(",") if v.strip()]
     for name in given:
         parse_variant(name)
-    return given or [default_variant(pair.device)]
+    return given or [default_variant(pair.name, pair.device)]
 
 
 def load(args):

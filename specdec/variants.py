@@ -306,8 +306,10 @@ def resident_gb(model: nn.Module | None) -> float | None:
 # --- the measured default -------------------------------------------------------------------------
 
 # The recorded decision (docs/benchmarks.md, "The default draft variant"): the variant that won the
-# bench prompt set on each kind of machine it was measured on. Kinds not measured keep the stock draft.
-MEASURED_DEFAULTS = {"cpu-avx512_bf16": "int4-v32k"}
+# bench prompt set, per pair and kind of machine it was measured on. Anything not measured keeps
+# the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
+# lose most of their agreement in int4).
+MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4-v32k"}
 
 
 def machine_kind(device: torch.device) -> str:
@@ -319,5 +321,5 @@ def machine_kind(device: torch.device) -> str:
     return "cpu-avx512_bf16" if NATIVE_BF16 else "cpu"
 
 
-def default_variant(device: torch.device) -> str:
-    return MEASURED_DEFAULTS.get(machine_kind(device), "bf16")
+def default_variant(pair_name: str, device: torch.device) -> str:
+    return MEASURED_DEFAULTS.get((pair_name, machine_kind(device)), "bf16")

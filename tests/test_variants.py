@@ -212,3 +212,13 @@ def test_stale_or_partial_cache_is_rebuilt(tiny_pair, tmp_path):
     assert not variants.is_complete(folder, pair.draft_dir)
     variants.draft_model(replace(pair, variants={}), "int8")  # rebuilds and rewrites the folder
     assert variants.is_complete(folder, pair.draft_dir)
+
+
+def test_default_is_the_recorded_decision(monkeypatch):
+    assert all(parse_variant(v) for v in variants.MEASURED_DEFAULTS.values())
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu-avx512_bf16")
+    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "int4-v32k"
+    assert variants.default_variant("tiny-random", cpu) == "bf16"  # not measured: the stock draft
+    monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu")  # an AVX2-only CPU
+    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "bf16"
