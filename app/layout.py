@@ -45,7 +45,7 @@ class Page:
     def settings(self) -> set:
         """The controls a run reads (passed to handlers as one dict)."""
         return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
-                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4}
+                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4, self.pause}
 
     def run_outputs(self) -> list:
         """Everything a frame of a run may update."""
@@ -90,7 +90,10 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
                      "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
             )
             page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
-            page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
+            with gr.Row():
+                page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
+                page.pause = gr.Checkbox(False, label="Pause drafting while it makes fewer tokens/s than plain steps",
+                                         elem_id="pause-unprofitable")
             with gr.Row():
                 page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
                 page.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")

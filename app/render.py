@@ -45,7 +45,10 @@ def _draft_title(event: StepEvent, i: int, cls: str) -> str:
 
 
 def _target_title(event: StepEvent) -> str:
-    return f"{LABELS[KIND_CLASS[event.kind]][1]}\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
+    title = f"{LABELS[KIND_CLASS[event.kind]][1]}\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
+    if event.paused:
+        title += "\nnothing drafted: the last drafts made fewer tokens/s than plain steps, so drafting is paused"
+    return title
 
 
 def render_event(event: StepEvent, show_rejected: bool = True) -> str:

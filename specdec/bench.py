@@ -87,8 +87,8 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
     """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
     lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
     otherwise; K adapts within 1..8; the draft stops early when unsure (a rejected draft token
-    costs a draft pass for nothing)."""
-    return replace(base, drafter="auto", adaptive_k=True, k_max=8, draft_confidence=0.4)
+    costs a draft pass for nothing); drafting pauses while it makes fewer tokens/s than plain steps."""
+    return replace(base, drafter="auto", adaptive_k=True, k_max=8, draft_confidence=0.4, pause_unprofitable=True)
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -335,7 +335,8 @@ def bench(
 
 def _best_description() -> str:
     b = best_config(GenerationConfig())
-    return f"drafter={b.drafter}, adaptive_k={b.adaptive_k}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
+    return (f"drafter={b.drafter}, adaptive_k={b.adaptive_k}, k_max={b.k_max}, draft_confidence={b.draft_confidence}, "
+            f"pause_unprofitable={b.pause_unprofitable}")
 
 
 def set_draft_dtype(pair: ModelPair, name: str | None) -> None:

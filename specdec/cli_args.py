@@ -30,6 +30,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
     p.add_argument("--adaptive", action="store_true", help="adapt K: +2 after a fully accepted draft, -1 otherwise")
     p.add_argument("--draft-confidence", type=float, default=0.0, help="stop drafting when the draft's top probability falls below this (0 = off)")
+    p.add_argument("--pause-unprofitable", action="store_true", help="draft nothing for a while when drafting made fewer tokens/s than plain steps")
     add_variant_arg(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -43,7 +44,7 @@ def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens, k=args.k, adaptive_k=args.adaptive, draft_confidence=args.draft_confidence,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, drafter=args.drafter,
-        draft_variant=draft_variant,
+        draft_variant=draft_variant, pause_unprofitable=args.pause_unprofitable,
     ).validate()
 
 

@@ -24,6 +24,7 @@ class GenerationConfig:
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/variants.py)
+    pause_unprofitable: bool = False  # stop drafting while the measured drafts make fewer tokens/s than plain steps would
 
     @property
     def greedy(self) -> bool:

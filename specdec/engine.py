@@ -43,16 +43,45 @@ def generate(
 
 
 class DraftLength:
-    """The K policy: fixed, or adaptive (+2 after a fully accepted draft, -1 otherwise)."""
+    """The K policy: fixed, or adaptive (+2 after a fully accepted draft, -1 otherwise).
+
+    With pause_unprofitable it also stops drafting where drafting does not pay at the measured
+    costs: when the last WINDOW drafting steps made fewer tokens per second than plain steps
+    (one token per target pass) would have, the next PAUSE steps draft nothing (their events say
+    `paused`); then it tries again from K = 1. Plain steps measure the one-token pass; until one
+    has run, a drafting step's own target pass stands in for it (which favours drafting)."""
+
+    WINDOW = 6  # drafting steps judged together
+    PAUSE = 8  # plain steps before drafting is tried again
 
     def __init__(self, config: GenerationConfig):
         self.k = config.k
         self.adaptive = config.adaptive_k
         self.k_max = max(config.k, config.k_max)
+        self.pause_unprofitable = config.pause_unprofitable
+        self.paused = 0  # plain steps left in the current pause
+        self.recent: list[tuple[int, float]] = []  # (tokens emitted, seconds) of recent drafting steps
+        self.plain_pass_s: float | None = None  # latest one-token target pass
 
-    def update(self, drafted: int, accepted: int) -> None:
+    def next_k(self) -> int:
+        return 0 if self.paused else self.k
+
+    def update(self, drafted: int, accepted: int, draft_s: float = 0.0, verify_s: float = 0.0) -> None:
+        if self.paused:
+            self.paused -= 1
+            self.plain_pass_s = verify_s
+            if not self.paused:
+                self.k = 1
+            return
         if self.adaptive and drafted:
             self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
+        if not (self.pause_unprofitable and drafted):
+            return
+        self.recent = [*self.recent, (accepted + 1, draft_s + verify_s)][-self.WINDOW :]
+        tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
+        plain_rate = 1 / (self.plain_pass_s or verify_s)
+        if len(self.recent) == self.WINDOW and tokens / seconds < plain_rate:
+            self.paused, self.recent = self.PAUSE, []
 
 
 class Decoding:
@@ -91,7 +120,7 @@ class Decoding:
             if stop is not None and stop.is_set():
                 return
             # Leave room for the target's own token so a step never overshoots max_new_tokens.
-            k = 0 if config.drafter == "none" else min(draft_length.k, config.max_new_tokens - total - 1)
+            k = 0 if config.drafter == "none" else min(draft_length.next_k(), config.max_new_tokens - total - 1)
 
             t0 = time.perf_counter()
             draft = propose(seq, k, lookup, model_drafter, device)
@@ -168,10 +197,11 @@ class Decoding:
                 k=k,
                 greedy=config.greedy,
                 finish=finish,
+                paused=bool(draft_length.paused),
             )
             if finish is not None:
                 return
-            draft_length.update(len(drafted), n)
+            draft_length.update(len(drafted), n, t1 - t0, t2 - t1)
 
 
 def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDrafter | None, device) -> Draft:

@@ -39,6 +39,7 @@ class StepEvent:
     k: int = 0  # draft length asked for this step (0 for plain decoding)
     greedy: bool = True  # greedy rule (keep drafts equal to the target's argmax), else rejection sampling
     finish: str | None = None  # set on the last event when the run ends by "eos" or "length" (a stop ends it between events)
+    paused: bool = False  # nothing drafted because drafting did not pay at the measured costs (pause_unprofitable)
 
     @property
     def rejected(self) -> tuple[int, ...]:

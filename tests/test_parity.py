@@ -75,3 +75,29 @@ def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
 
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, temperature=temperature, max_new_tokens=96))
     assert 0.2 < summarize(events).acceptance_rate < 0.9
+
+
+def test_unprofitable_drafting_pauses_and_output_stays(tiny_pair, plain, monkeypatch):
+    from specdec import engine
+
+    # Make every drafting step look slower than a plain step would be: drafting never pays.
+    real = engine.DraftLength.update
+    monkeypatch.setattr(engine.DraftLength, "update",
+                        lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, ds + (10.0 if d else 0.0), vs))
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, pause_unprofitable=True, max_new_tokens=48))
+    assert tokens(events) == plain
+    paused = [e for e in events if e.paused]
+    window = engine.DraftLength.WINDOW
+    assert paused and all(not e.drafted and e.k == 0 for e in paused)
+    assert not any(e.paused for e in events[:window])  # judged only after a full window of drafting steps
+    assert events[window].paused and not events[window + engine.DraftLength.PAUSE].paused  # then tried again
+    assert events[window + engine.DraftLength.PAUSE].k == 1
+
+
+def test_profitable_drafting_never_pauses(tiny_pair, plain, monkeypatch):
+    from specdec import engine
+
+    real = engine.DraftLength.update
+    monkeypatch.setattr(engine.DraftLength, "update", lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, 0.0, vs or 1e-3))
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, pause_unprofitable=True, max_new_tokens=48))
+    assert tokens(events) == plain and not any(e.paused for e in events)
