@@ -30,3 +30,19 @@ def test_embedded_pair_speculative_equals_plain():
         log.warning("first difference: %s", result.difference)
         assert result.difference.is_tie, result.difference
     assert result.spec.acceptance_rate > 0.3
+
+
+def test_embedded_pair_with_the_int4_v32k_draft_equals_plain():
+    """The cheapest draft variant changes acceptance, never the output (variant from its disk cache,
+    or built once: about 20 s on 2 cores)."""
+    from specdec.models import load_pair
+    from specdec.run import compare_runs
+
+    pair = load_pair(DEFAULT_PAIR)
+    prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."
+    result = compare_runs(pair, prompt, GenerationConfig(k=5, max_new_tokens=24, draft_variant="int4-v32k"), with_plain=True)
+    check_invariants(result.spec_events)
+    log.warning("embedded pair, int4-v32k draft: %s", result.summary_line())
+    if result.difference is not None:
+        assert result.difference.is_tie, result.difference
+    assert result.spec.acceptance_rate > 0.3
