@@ -14,7 +14,8 @@ from specdec.acceptance import speculative_sample
 from specdec.config import GenerationConfig
 from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize
 from specdec.sampling import probs_from_logits
-from specdec.variants import VARIANTS, SubsetHead, VariantSpec, parse_variant
+from specdec.variant_store import SubsetHead
+from specdec.variants import VARIANTS, VariantSpec, parse_variant
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them
@@ -195,7 +196,7 @@ def test_variant_is_built_once_and_then_loaded_from_disk(tiny_pair, tmp_path, mo
     def no_rebuild(*args, **kwargs):
         raise AssertionError("rebuilt although the cache was complete")
 
-    monkeypatch.setattr(variants, "quantized_state", no_rebuild)
+    monkeypatch.setattr(variants, "quantized_state", no_rebuild)  # what variants calls to build
     restarted = _cached_pair(tiny_pair, tmp_path)  # a new process: nothing in memory
     loaded = variants.draft_model(restarted, "int4")
     ids = torch.tensor([[5, 9, 17, 33]])
@@ -209,9 +210,9 @@ def test_stale_or_partial_cache_is_rebuilt(tiny_pair, tmp_path):
     folder = tmp_path / "tiny-draft.int8"
     (pair.draft_dir / "complete.json").write_text(json.dumps({"sha256": "another draft", "format": 1}))
     (folder / "variant.safetensors").write_bytes(b"stale")
-    assert not variants.is_complete(folder, pair.draft_dir)
+    assert not variants.is_complete(folder, pair.draft_dir, parse_variant("int8").recipe)
     variants.draft_model(replace(pair, variants={}), "int8")  # rebuilds and rewrites the folder
-    assert variants.is_complete(folder, pair.draft_dir)
+    assert variants.is_complete(folder, pair.draft_dir, parse_variant("int8").recipe)
 
 
 def test_default_is_the_recorded_decision(monkeypatch):
