@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from .bench_report import geomean, machine_info, summarize_results, table  # noqa: F401 (geomean: the tests use it from here)
+from .bench_report import machine_info, summarize_results, table
 from .cached_model import CpuLinear
 from .compare import departure
 from .config import MAX_K, GenerationConfig
