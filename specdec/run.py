@@ -30,6 +30,13 @@ class RunResult:
         return self.config.draft_variant if self.config.drafter in ("model", "auto") else None
 
     @property
+    def draft_memory_gb(self) -> float | None:
+        """Resident memory of the draft as run (its parameters and buffers)."""
+        from .variants import draft_model, resident_gb
+
+        return resident_gb(draft_model(self.pair, self.draft_variant)) if self.draft_variant else None
+
+    @property
     def text(self) -> str:
         return "".join(t for e in self.spec_events for t in e.emitted_text)
 
@@ -46,6 +53,7 @@ class RunResult:
             "device": str(self.pair.device),
             "dtype": self.pair.dtype_name,
             "draft_variant": self.draft_variant,
+            "draft_memory_gb": self.draft_memory_gb,
             "text": self.text,
             "tokens": [t for e in self.spec_events for t in e.emitted],
             "steps": [{"drafted": list(e.drafted), "accepted": e.accepted, "emitted": list(e.emitted), "kind": e.kind} for e in self.spec_events],

@@ -27,6 +27,7 @@ def test_generate_with_a_variant_and_the_lossy_lane(capsys):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["draft_variant"] == "int8" and out["identical_to_plain"] is True
+    assert 0 < out["draft_memory_gb"] < 0.01  # tiny-random
     lossy = out["plain_int4"]
     assert len(lossy["tokens"]) == 12 and 0 <= lossy["agree_first_64"] <= 12
     assert lossy["identical_to_target"] == (lossy["first_difference"] is None)
