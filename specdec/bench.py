@@ -21,7 +21,7 @@ import torch
 
 from .bench_report import machine_info, summarize_results, table
 from .cached_model import CpuLinear
-from .compare import departure
+from .compare import departure, first_difference
 from .config import MAX_K, GenerationConfig
 from .engine import Decoding
 from .metrics import summarize
@@ -52,7 +52,7 @@ class Result:
     mean_k: float | None  # mean draft length over drafting steps (ours only)
     runs_s: list[float]  # every round's seconds, for the record
     draft_variant: str | None = None  # the draft as run (our draft-model modes)
-    first_difference: dict | None = None  # plain_int4: where its output first departs from plain's
+    first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
 
 
@@ -316,6 +316,10 @@ def bench(
                     "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
                     "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
                 result.agree_first_64 = d.agree
+            elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
+                d = first_difference(first["events"], runs["plain"][0]["events"], pair.dtype_name)
+                result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
+                                           "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
             results.append(result)
 
     draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items()}

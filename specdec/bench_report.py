@@ -79,6 +79,7 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
     summary = {
         "speedup_vs_plain": {m: ratio(m, "plain") for m in modes if m != "plain"},
         "ratio_vs_hf_assisted": ratio(spec_mode, "hf_assisted"),
+        "vs_hf_assisted": {m: ratio(m, "hf_assisted") for m in modes if m in by_mode_ours(modes)} if "hf_assisted" in modes else {},
         "ratio_best_vs_hf_assisted": ratio("best", "hf_assisted"),
         "ratio_vs_hf_assisted_cpulinear": ratio(spec_mode, "hf_assisted_cpulinear"),  # same kernels: the loops alone
         "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
@@ -93,6 +94,11 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         summary["plain_int4"] = {p: {"first_difference": by[p, "plain_int4"].first_difference,
                                      "agree_first_64": by[p, "plain_int4"].agree_first_64} for p in prompts}
     return summary
+
+
+def by_mode_ours(modes) -> list:
+    """Our draft-model modes (spec, best, and their @variant forms)."""
+    return [m for m in modes if m.split("@")[0] in ("spec", "best")]
 
 
 def cost_ratios(events: dict, modes, prompts) -> dict:
@@ -170,8 +176,10 @@ def table(report: dict) -> str:
         line = (f"{r['prompt'][:20]:<20} {r['mode']:<{width}} {r['tokens']:>6} {r['seconds']:>8.2f} {r['tok_s']:>7.2f} "
                 f"{r['tok_s'] / plain[r['prompt']]:>6.2f}x {same:>5} {acc:>6}")
         d = r.get("first_difference")
-        if d:
+        if d and "lossy_text" in d:
             line += f"  departs at {d['index']}: {d['lossy_text']!r} for {d['exact_text']!r}; {r['agree_first_64']}/64 agree"
+        elif d:
+            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}, margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
         lines.append(line)
     s = report["summary"]
     lines.append("")
@@ -179,6 +187,8 @@ def table(report: dict) -> str:
     for key in ("ratio_vs_hf_assisted", "ratio_best_vs_hf_assisted", "ratio_vs_hf_assisted_cpulinear", "ratio_lookup_vs_hf_lookup"):
         if s[key]:
             lines.append(f"{key}: {s[key]:.2f}x")
+    if s.get("vs_hf_assisted"):
+        lines.append("geomean vs hf_assisted (stock draft): " + ", ".join(f"{m} {v:.2f}x" for m, v in s["vs_hf_assisted"].items() if v))
     if s["cost_ratio_c"]:
         lines.append("c (drafting per token / plain decode step, median): " + ", ".join(f"{m} {v:.3f}" for m, v in s["cost_ratio_c"].items()))
     if s["draft_memory_gb"]:

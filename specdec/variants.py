@@ -149,7 +149,7 @@ def resident_gb(model: nn.Module | None) -> float | None:
 # bench prompt set, per pair and kind of machine it was measured on. Anything not measured keeps
 # the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
 # lose most of their agreement in int4).
-MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4-v32k"}
+MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
 
 
 def machine_kind(device: torch.device) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from specdec.__main__ import main
 from specdec.bench import DEFAULT_MODES, bench, load_prompts
-from specdec.bench_report import geomean
+from specdec.bench_report import geomean, table
 
 PROMPTS = [
     {"id": "code", "prompt": "def add(a, b):\n    return a + b\n\ndef add(a, b):", "chat": False, "kind": "ignored"},
@@ -91,6 +91,10 @@ def test_variants_side_by_side_and_the_lossy_lane(tiny_pair):
         d = lossy["first_difference"]
         assert d["lossy_token"] != d["exact_token"] and lossy["agree_first_64"] >= d["index"]
     assert s["target_memory_gb"]["plain_int4"] < s["target_memory_gb"]["plain"]
+    text = table(report)
+    assert "spec@int4-v16k" in text and "CPU flags" in text and "draft resident memory" in text
+    if not lossy["identical_to_plain"]:
+        assert f"departs at {lossy['first_difference']['index']}" in text
 
 
 def test_bad_mode_and_variant_names(tiny_pair):

@@ -219,7 +219,7 @@ def test_default_is_the_recorded_decision(monkeypatch):
     assert all(parse_variant(v) for v in variants.MEASURED_DEFAULTS.values())
     cpu = torch.device("cpu")
     monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu-avx512_bf16")
-    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "int4-v32k"
+    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "int4"
     assert variants.default_variant("tiny-random", cpu) == "bf16"  # not measured: the stock draft
     monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu")  # an AVX2-only CPU
     assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "bf16"
