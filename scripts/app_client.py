@@ -79,4 +79,6 @@ class Visitor:
 LABELS = {"prompt": "Prompt", "pair": "Model pair", "drafter": "Drafter", "k": "K: draft tokens per step",
           "adaptive_k": "Adaptive K (+2 after a full accept, -1 otherwise)", "temperature": "Temperature (0 = greedy)",
           "top_p": "Top-p", "max_new_tokens": "Max new tokens", "top_k": "Top-k (0 = off)", "seed": "Seed",
-          "compare": "Compare with plain decoding", "show_rejected": "Show rejected draft tokens"}
+          "compare": "Compare with plain decoding", "show_rejected": "Show rejected draft tokens",
+          "draft_variant": "Draft variant", "plain_int4": "Plain decoding, int4 target (lossy)",
+          "pause_unprofitable": "Pause drafting while it makes fewer tokens/s than plain steps"}

@@ -165,9 +165,7 @@ def build_pair(
     if target is not None:
         return loader.from_sources(f"{target} / {draft}" if draft else target, target, draft, chat=True, source="given ids or folders")
     if name == "tiny-random":
-        from .tiny import build_tiny
-
-        from .tiny import CORPUS
+        from .tiny import CORPUS, build_tiny
         from .vocab_subset import count_tokens, ranked_ids
 
         tokenizer, target_model, draft_model = build_tiny(dev, dt)
