@@ -98,6 +98,8 @@ def test_profitable_drafting_never_pauses(tiny_pair, plain, monkeypatch):
     from specdec import engine
 
     real = engine.DraftLength.update
-    monkeypatch.setattr(engine.DraftLength, "update", lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, 0.0, vs or 1e-3))
+    # Free drafts and one fixed pass time (a power of two, so sums are exact): a drafting step makes
+    # at least one token per pass, as a plain step does, whatever the machine's timing.
+    monkeypatch.setattr(engine.DraftLength, "update", lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, 0.0, 2.0**-10))
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, pause_unprofitable=True, max_new_tokens=48))
     assert tokens(events) == plain and not any(e.paused for e in events)
