@@ -52,7 +52,11 @@ def start_app(port: int):
     """(process, url, "") once the page answers, or (None, url, output) if the app exited first."""
     env = dict(os.environ, SPECDEC_PAIR="tiny-random", SPECDEC_DTYPE=DTYPE, GRADIO_SERVER_PORT=str(port),
                GRADIO_SERVER_NAME="127.0.0.1", HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The app's output goes to a file, not a pipe: a pipe nobody reads fills up and blocks the app mid-run.
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / f"browser-app-{DTYPE}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -61,7 +65,8 @@ def start_app(port: int):
             return proc, url, ""
         except OSError:
             if proc.poll() is not None:
-                return None, url, proc.stdout.read().decode(errors="replace")
+                log.close()
+                return None, url, log_path.read_text(errors="replace")
             time.sleep(0.5)
     proc.kill()
     pytest.fail("app did not start within 180 s")
@@ -140,6 +145,9 @@ def test_bad_input_is_reported_and_app_stays_up(page):
     set_max_new_tokens(page, 16)
     page.click("#generate")
     page.wait_for_function("document.querySelector('#status').innerText.includes('tiny-random')", timeout=60_000)
+    # The run's first frame clears the badge; wait for the run to end, since a click on Generate
+    # while a run is pending is dropped (Gradio's trigger_mode "once"), and the next test clicks it.
+    page.wait_for_selector("#stats .badge", timeout=60_000)
 
 
 def test_draft_variant_and_the_lossy_lane(page):
