@@ -40,7 +40,7 @@ def speculative_sample(
     k, vocab = draft_ids.shape[0], p.shape[-1]
     rows = torch.arange(k, device=p.device)
     if q is None:
-        q = torch.zeros(k, vocab, device=p.device, dtype=p.dtype).scatter_(1, draft_ids[:, None], 1.0)
+        q = one_hot(draft_ids, vocab, p)
     p_drafted = p[rows, draft_ids]  # (K,)
     q_drafted = q[rows, draft_ids]  # (K,)
     u = torch.rand(k, generator=generator, device=p.device)
@@ -49,8 +49,19 @@ def speculative_sample(
     # Row K of q_padded is zero, so the same expression gives the residual after a rejection and
     # the plain target distribution for the bonus token: no branch and no host sync.
     q_padded = torch.cat([q, q.new_zeros(1, vocab)])  # (K+1, V)
-    residual = (p[n_accepted] - q_padded[n_accepted]).clamp_min(0.0)  # (V,)
-    total = residual.sum()
-    residual = torch.where(total > 0, residual / total.clamp_min(1e-30), p[n_accepted])
-    next_token = torch.multinomial(residual, 1, generator=generator).squeeze(0)
+    next_token = torch.multinomial(residual(p[n_accepted], q_padded[n_accepted]), 1, generator=generator).squeeze(0)
     return n_accepted, next_token
+
+
+def one_hot(draft_ids: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Tensor:
+    """(K, V) draft distribution of a deterministic drafter: all mass on each draft token."""
+    return torch.zeros(draft_ids.shape[0], vocab, device=like.device, dtype=like.dtype).scatter_(1, draft_ids[:, None], 1.0)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalise(max(0, p - q)) over the vocabulary: what the target samples from after rejecting a
+    draft token. p, q: (V,). Where p <= q everywhere (p == q) there is nothing left over, and p is
+    returned; with q all zero (no draft at this position) it is p itself, the bonus distribution."""
+    left = (p - q).clamp_min(0.0)  # (V,)
+    total = left.sum()
+    return torch.where(total > 0, left / total.clamp_min(1e-30), p)

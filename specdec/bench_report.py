@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from .metrics import expected_tokens_per_pass, summarize
+from .metrics import measured_speedup, summarize, summarize_runs
 from .models import DTYPES, ModelPair
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # the ones that decide which kernels are fast here
@@ -123,37 +123,30 @@ def geo_acceptance(by: dict, mode: str, prompts) -> float | None:
 
 
 def leviathan(pairs: dict) -> dict:
-    """Measured speedup of `spec` over `plain` against Leviathan et al.'s prediction, per prompt.
+    """Measured speedup of `spec` over `plain` against the three predictions of specdec.metrics
+    (the same functions the app and the CLI use), per prompt.
 
-    Both sides leave the prompt out: the formula models decoding, so `measured` here is the ratio
+    Both sides leave the prompt out: the formulas model decoding, so `measured` here is the ratio
     of tokens/s after prefill (the events' elapsed time), not the whole-call ratio of the table.
-    Three predictions, from the textbook to the measured:
-    - textbook: (1 - a^(K+1)) / ((1 - a)(K c + 1)), c = draft pass / decode step. It assumes a
-      K+1-token verify pass costs one decode step (true on a GPU, not on a CPU) and that each
-      draft token is accepted independently with probability a = accepted / drafted;
-    - with_costs: the same expected tokens per pass, times t_decode / (K t_draft + t_verify);
-    - from_passes: the measured tokens per target pass instead of the expected ones (acceptance
-      comes in runs, so real passes carry more tokens than the independent model says); what is
-      left to explain is whether the passes account for all the time."""
+    - textbook: (1 - a^(K+1)) / ((1 - a)(K c + 1)), a = alpha (per token), c = draft pass / decode step;
+    - with_costs: the same with the measured verify cost (K+1-token pass / decode step) for the 1;
+    - from_passes: measured tokens per pass x decode step / measured time of a step."""
     rows = {}
     for pid, (spec, plain) in pairs.items():
-        m, p = summarize(spec), summarize(plain)
+        m, p = summarize_runs(spec, plain), summarize(plain)
         if not m.drafted:
             continue
-        a, kk = m.acceptance_rate, m.mean_k
-        c = m.draft_pass_s / p.target_pass_s  # draft pass over one decode step of the target
-        cost = p.target_pass_s / (kk * m.draft_pass_s + m.target_pass_s)  # decode steps' time per speculative step
         predicted = {
-            "textbook": expected_tokens_per_pass(a, kk) / (kk * c + 1),
-            "with_costs": expected_tokens_per_pass(a, kk) * cost,
-            "from_passes": m.tokens_per_step * cost,
+            "textbook": m.predicted_speedup,
+            "with_costs": m.predicted_speedup_with_verify_cost,
+            "from_passes": m.predicted_speedup_from_passes,
         }
-        measured = m.tokens_per_s / p.tokens_per_s  # prefill excluded on both sides
+        measured = measured_speedup(m, p)  # prefill excluded on both sides
         rows[pid] = {
-            "acceptance_rate": a, "mean_k": kk, "c": c, "tokens_per_pass": m.tokens_per_step,
-            "expected_tokens_per_pass": expected_tokens_per_pass(a, kk),
-            "verify_over_decode": m.target_pass_s / p.target_pass_s,  # cost of a K+1-token pass in decode steps
-            "draft_pass_ms": 1000 * m.draft_pass_s, "decode_pass_ms": 1000 * p.target_pass_s, "verify_pass_ms": 1000 * m.target_pass_s,
+            "alpha": m.alpha, "acceptance_rate": m.accepted_share, "mean_k": m.mean_k, "c": m.cost_ratio_c,
+            "tokens_per_pass": m.tokens_per_step, "expected_tokens_per_pass": m.expected_tokens_per_pass,
+            "verify_over_decode": m.verify_cost,  # cost of a K+1-token pass in decode steps
+            "draft_pass_ms": 1000 * m.draft_pass_s, "decode_pass_ms": 1000 * m.decode_step_s, "verify_pass_ms": 1000 * m.verify_pass_s,
             "measured": measured,
             **{f"predicted_{k}": v for k, v in predicted.items()},
             **{f"measured_over_{k}": measured / v for k, v in predicted.items()},

@@ -10,11 +10,12 @@ from .sampling import probs_from_logits, sample
 
 class Draft:
     """A proposal: ids (K,) on the device, and q (K, V) draft probabilities, or None when the
-    proposal is deterministic (prompt lookup)."""
+    proposal is deterministic (prompt lookup); `source` says who drafted it ("model", "lookup", "")."""
 
-    def __init__(self, ids: torch.Tensor, q: torch.Tensor | None):
+    def __init__(self, ids: torch.Tensor, q: torch.Tensor | None, source: str = ""):
         self.ids = ids
         self.q = q
+        self.source = source
 
 
 class ModelDrafter:
@@ -51,7 +52,7 @@ class ModelDrafter:
                 break
             if i < k - 1:
                 pending = token
-        return Draft(torch.cat(ids), torch.cat(qs))
+        return Draft(torch.cat(ids), torch.cat(qs), "model")
 
 
 class LookupDrafter:

@@ -33,12 +33,18 @@ def generate(
     *,
     chat: bool | None = None,
     stop: threading.Event | None = None,
+    detail: bool = False,
 ) -> "Decoding":
-    """Validate the input, then stream one StepEvent per target forward pass."""
+    """Validate the input, then stream one StepEvent per target forward pass. With `detail`, the
+    run also records what the step panel shows (specdec.detail); the events are the same."""
     config.validate()
     prompt_ids = pair.encode_prompt(prompt, chat=pair.chat if chat is None else chat, max_new_tokens=config.max_new_tokens)
     if config.drafter in ("model", "auto") and pair.draft is None:
         raise ValueError(f"drafter 'model' needs a draft model, and pair {pair.name!r} has none")
+    if detail:
+        from .detail import DetailedDecoding  # it subclasses Decoding
+
+        return DetailedDecoding(pair, prompt_ids, config, stop)
     return Decoding(pair, prompt_ids, config, stop)
 
 
@@ -103,7 +109,7 @@ class Decoding:
         self.seq = list(prompt_ids)  # prompt + emitted tokens
 
     def __iter__(self) -> Iterator[StepEvent]:
-        pair, config, stop, generator = self.pair, self.config, self.stop, self.generator
+        pair, config, stop = self.pair, self.config, self.stop
         target, model_drafter, lookup, seq = self.target, self.model_drafter, self.lookup, self.seq
         device = pair.device
         draft_length = DraftLength(config)
@@ -115,6 +121,7 @@ class Decoding:
             model_drafter.prefill(prefix)
 
         start = time.perf_counter()
+        held_s = 0.0  # time the consumer held the run between events (drawing a page, waiting for "Step")
         total = 0
         for step in range(config.max_new_tokens):
             if stop is not None and stop.is_set():
@@ -131,10 +138,7 @@ class Decoding:
             # One target pass over the last token and the K drafts scores K+1 positions.
             logits = target.forward(torch.cat([torch.tensor(seq[-1:], device=device), draft.ids]), last_only=False)  # (K+1, V)
             probs = probs_from_logits(logits, config.temperature, config.top_k, config.top_p)  # (K+1, V)
-            if config.greedy:
-                n_accepted, next_token = greedy_accept(draft.ids, logits)
-            else:
-                n_accepted, next_token = speculative_sample(draft.ids, probs, draft.q, generator)
+            n_accepted, next_token = self.verify(draft, logits, probs)
             n_drafted = draft.ids.shape[0]
             rows = torch.arange(n_drafted, device=device)
             p_drafted = probs[rows, draft.ids]  # (K,)
@@ -179,7 +183,7 @@ class Decoding:
                 finish = FINISH_LENGTH
             if finish is not None and text.remainder():
                 emitted_text[-1] += text.remainder()  # an unfinished character at the very end
-            yield StepEvent(
+            event = StepEvent(
                 step=step,
                 drafted=tuple(drafted),
                 accepted=n,
@@ -190,7 +194,7 @@ class Decoding:
                 draft_s=t1 - t0,
                 verify_s=t2 - t1,
                 total_tokens=total,
-                elapsed_s=time.perf_counter() - start,
+                elapsed_s=time.perf_counter() - start - held_s,
                 emitted_text=tuple(emitted_text),
                 drafted_text=tuple(accepted_text + rejected_text),
                 margins=tuple(margins[: len(emitted)]),
@@ -198,10 +202,22 @@ class Decoding:
                 greedy=config.greedy,
                 finish=finish,
                 paused=bool(draft_length.paused),
+                drafter=draft.source if drafted else "",
             )
+            handed_over = time.perf_counter()
+            yield event
+            held_s += time.perf_counter() - handed_over
             if finish is not None:
                 return
             draft_length.update(len(drafted), n, t1 - t0, t2 - t1)
+
+    def verify(self, draft: Draft, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The acceptance rule: (n_accepted, next_token) as device tensors. logits, probs: (K+1, V).
+        A subclass may look on without changing the step (specdec.detail records what the step
+        panel shows); a plain run pays one method call for that."""
+        if self.config.greedy:
+            return greedy_accept(draft.ids, logits)
+        return speculative_sample(draft.ids, probs, draft.q, self.generator)
 
 
 def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDrafter | None, device) -> Draft:
@@ -209,7 +225,7 @@ def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDr
     if k > 0 and lookup is not None:
         ids = lookup.propose_ids(seq, k)
         if ids:
-            return Draft(torch.tensor(ids, device=device), None)
+            return Draft(torch.tensor(ids, device=device), None, "lookup")
     if k > 0 and model is not None:
         return model.propose(seq, k)
     return Draft(torch.empty(0, dtype=torch.long, device=device), None)

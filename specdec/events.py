@@ -32,7 +32,7 @@ class StepEvent:
     draft_s: float  # seconds spent drafting this step
     verify_s: float  # seconds spent in the target pass (and acceptance) this step
     total_tokens: int  # new tokens emitted so far, this step included
-    elapsed_s: float  # seconds since generation started (after the prompt was processed)
+    elapsed_s: float  # engine seconds since generation started (after the prompt was processed; time the consumer holds the run between events is not counted)
     emitted_text: tuple[str, ...]  # display text of each emitted token, from decoding the whole sequence
     drafted_text: tuple[str, ...]  # display text of each drafted token, in the context where it was proposed
     margins: tuple[float, ...]  # target's top-1 minus top-2 logit at each emitted position
@@ -40,6 +40,7 @@ class StepEvent:
     greedy: bool = True  # greedy rule (keep drafts equal to the target's argmax), else rejection sampling
     finish: str | None = None  # set on the last event when the run ends by "eos" or "length" (a stop ends it between events)
     paused: bool = False  # nothing drafted because drafting did not pay at the measured costs (pause_unprofitable)
+    drafter: str = ""  # who drafted this step: "model" (a draft-model pass per token), "lookup" (no model pass), "" (nothing drafted)
 
     @property
     def rejected(self) -> tuple[int, ...]:

@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 from .compare import Difference, agreement, first_difference
 from .config import GenerationConfig
 from .engine import generate
-from .metrics import RunMetrics, summarize
+from .metrics import RunMetrics, summarize, summarize_runs
 from .models import ModelPair
+from .passcost import one_token_pass_s
 
 
 @dataclass
@@ -58,12 +59,21 @@ class RunResult:
             "tokens": [t for e in self.spec_events for t in e.emitted],
             "steps": [{"drafted": list(e.drafted), "accepted": e.accepted, "emitted": list(e.emitted), "kind": e.kind} for e in self.spec_events],
             "metrics": {
-                "acceptance_rate": m.acceptance_rate,
+                "alpha": m.alpha,  # per-token acceptance: accepted / (accepted + steps that rejected a draft)
+                "accepted_share": m.accepted_share,  # accepted / drafted
+                "acceptance_rate": m.acceptance_rate,  # old name of accepted_share
                 "tokens_per_step": m.tokens_per_step,
+                "expected_tokens_per_pass": m.expected_tokens_per_pass,
                 "target_passes": m.target_passes,
                 "tokens_per_s": m.tokens_per_s,
-                "cost_ratio_c": m.cost_ratio_c,
+                "cost_ratio_c": m.cost_ratio_c,  # one draft pass / one plain decode step
+                "draft_model_c": m.draft_model_c,
+                "verify_cost": m.verify_cost,  # one K+1-token target pass / one plain decode step
+                "decode_step_s": m.decode_step_s,
+                "decode_step_from": m.decode_step_from,
                 "predicted_speedup": m.predicted_speedup,
+                "predicted_speedup_with_verify_cost": m.predicted_speedup_with_verify_cost,
+                "predicted_speedup_from_passes": m.predicted_speedup_from_passes,
                 "mean_k": m.mean_k,
                 "finish": self.spec_events[-1].finish if self.spec_events else None,
             },
@@ -72,6 +82,8 @@ class RunResult:
             out["plain"] = {"tokens": [t for e in self.plain_events for t in e.emitted], "tokens_per_s": self.plain.tokens_per_s}
             out["speedup"] = self.speedup
             out["measured_over_predicted"] = self.speedup / m.predicted_speedup if m.predicted_speedup else None
+            out["measured_over_predicted_from_passes"] = (
+                self.speedup / m.predicted_speedup_from_passes if m.predicted_speedup_from_passes else None)
             out["identical_to_plain"] = self.difference is None
             if self.difference is not None:
                 out["first_difference"] = self.difference.as_dict()
@@ -90,11 +102,13 @@ class RunResult:
         parts = [
             f"draft {self.draft_variant}" if self.draft_variant else f"drafter {self.config.drafter}",
             f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_step:.2f}/pass)",
-            f"acceptance {m.acceptance_rate:.0%}",
+            f"per-token acceptance alpha {m.alpha:.2f} ({m.accepted_share:.0%} of drafts accepted)",
             f"{m.tokens_per_s:.1f} tok/s",
-            f"c={m.cost_ratio_c:.3f}",
-            f"predicted {m.predicted_speedup:.2f}x",
         ]
+        if m.decode_step_s:
+            parts.append(f"c={m.cost_ratio_c:.3f}, verify cost {m.verify_cost:.2f} decode steps (decode step from {m.decode_step_from})")
+            parts.append(f"predicted {m.predicted_speedup:.2f}x textbook, {m.predicted_speedup_with_verify_cost:.2f}x with verify cost, "
+                         f"{m.predicted_speedup_from_passes:.2f}x from passes")
         if self.plain is not None:
             parts.append(f"plain {self.plain.tokens_per_s:.1f} tok/s, speedup {self.speedup:.2f}x")
             d = self.difference
@@ -115,14 +129,20 @@ class RunResult:
 def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, with_plain: bool = False,
                  with_plain_int4: bool = False) -> RunResult:
     """The run as configured; with_plain: plain decoding too; with_plain_int4: plain decoding with
-    an int4-quantized target too (which needs the exact plain run to say where it departs)."""
-    spec_events = list(generate(pair, prompt, config, chat=chat))
+    an int4-quantized target too (which needs the exact plain run to say where it departs). Costs
+    are in plain decode steps: the plain run's, else a one-token target pass timed on the finished
+    run's cache."""
+    decoding = generate(pair, prompt, config, chat=chat)
+    spec_events = list(decoding)
     result = RunResult(pair, config, spec_events, summarize(spec_events))
     if with_plain or with_plain_int4:
         plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat))
         result.plain_events = plain_events
         result.plain = summarize(plain_events)
         result.difference = first_difference(spec_events, plain_events, pair.dtype_name)
+        result.spec = summarize_runs(spec_events, plain_events)
+    else:
+        result.spec = summarize_runs(spec_events, one_token_pass_s=one_token_pass_s(decoding))
     if with_plain_int4:
         lossy_events = list(plain_int4_run(pair, prompt, config, chat=chat))
         result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)

@@ -42,3 +42,9 @@ def make_hub_cache(root, repo_id: str, files: dict, revision: str = "0" * 40):
         (snapshot / name).symlink_to(Path(source).resolve())
     return snapshot
 
+
+def untimed(events):
+    """Events with their timing fields zeroed: what two runs with the same settings must share."""
+    from dataclasses import replace
+
+    return [replace(e, draft_s=0.0, verify_s=0.0, elapsed_s=0.0) for e in events]

@@ -1,0 +1,33 @@
+"""Sweep K: every point is a real run whose events are kept, against one plain run."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import run_checked, untimed
+from specdec.config import GenerationConfig
+from specdec.metrics import summarize
+from specdec.sweep import sweep_k
+
+PROMPT = "for i in range(10):"
+
+
+def test_points_come_from_real_runs(tiny_pair):
+    config = GenerationConfig(max_new_tokens=16, k=5, adaptive_k=True)
+    plain = run_checked(tiny_pair, PROMPT, replace(config, drafter="none"))
+    points = list(sweep_k(tiny_pair, PROMPT, config, ks=(1, 3), plain_events=plain))
+    assert [p.k for p in points] == [1, 3]
+    for point in points:
+        again = run_checked(tiny_pair, PROMPT, replace(config, k=point.k, adaptive_k=False))
+        assert untimed(point.events) == untimed(again)  # the point's own run, fixed K
+        assert max(e.k for e in point.events) == point.k and all(e.k <= point.k for e in point.events)
+        assert point.speedup == pytest.approx(summarize(point.events).tokens_per_s / summarize(plain).tokens_per_s)
+        assert point.metrics.decode_step_s == pytest.approx(summarize(plain).step_s)
+
+
+def test_a_set_stop_ends_the_sweep(tiny_pair):
+    import threading
+
+    stop = threading.Event()
+    stop.set()
+    assert list(sweep_k(tiny_pair, PROMPT, GenerationConfig(max_new_tokens=8), ks=(1, 2), stop=stop)) == []
