@@ -9,6 +9,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from specdec.events import StepEvent
+from specdec.metrics import estimate_alpha
+from specdec.theory import expected_pass_counts
 
 from . import palette
 
@@ -82,10 +84,18 @@ def throughput_figure(spec_events: Sequence[StepEvent] | None, plain_events: Seq
 
 
 def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
-    """How many tokens each target pass produced (plain decoding would be a single bar at 1)."""
-    counts = Counter(len(e.emitted) for e in events or [])
-    x = list(range(1, max(counts) + 1)) if counts else []
+    """How many tokens each target pass produced (plain decoding would be a single bar at 1), beside
+    the counts that independent acceptance at the run's alpha predicts for the same steps."""
+    events = list(events or [])
+    counts = Counter(len(e.emitted) for e in events)
+    drafted = [len(e.drafted) for e in events]
+    expected = expected_pass_counts(estimate_alpha(events), drafted) if any(drafted) else []
+    x = list(range(1, max(max(counts, default=0), len(expected)) + 1)) if counts else []
     fig = _figure("Tokens per target pass", "tokens emitted in one pass", "passes")
-    fig.add_bar(x=x, y=[counts.get(n, 0) for n in x], name="speculative", marker_color=palette.SPECULATIVE)
-    fig.update_layout(xaxis=dict(dtick=1), bargap=0.15, showlegend=False)
+    fig.add_bar(x=x, y=[counts.get(n, 0) for n in x], name="measured", marker_color=palette.SPECULATIVE)
+    if expected:
+        fig.add_scatter(x=x, y=[expected[n - 1] if n <= len(expected) else 0.0 for n in x], name="predicted from \u03b1",
+                        mode="markers+lines", line=dict(color="#9ca3af", dash="dot", width=1),
+                        marker=dict(symbol="diamond", size=9, color="#9ca3af"))
+    fig.update_layout(xaxis=dict(dtick=1), bargap=0.15, showlegend=bool(expected))
     return fig

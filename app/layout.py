@@ -17,7 +17,7 @@ from specdec.config import PRESETS
 from specdec.models import pick_device
 from specdec.variants import VARIANTS, default_variant
 
-from . import charts, render
+from . import charts, render, step_panel, theory
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -49,8 +49,8 @@ class Page:
 
     def run_outputs(self) -> list:
         """Everything a frame of a run may update."""
-        return [self.status, self.spec_html, self.plain_html, self.stats, *self.plots, self.spec_events, self.plain_events,
-                self.lossy_html, self.lossy_note]
+        return [self.status, self.spec_html, self.plain_html, self.stats, self.predictions, *self.plots, self.spec_events,
+                self.plain_events, self.lossy_html, self.lossy_note, *theory.outputs(self)]
 
 
 def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
@@ -65,7 +65,10 @@ def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> P
         with gr.Tab("Live", id="live", elem_id="live"):
             controls(page, default_pair, pairs or list(PRESETS), max_new_tokens)
             panes(page)
+            theory.predictions_section(page)
+            step_panel.section(page)
             plots(page)
+        theory.tab(page)
     return page
 
 

@@ -20,8 +20,10 @@ from specdec import gpu_budget
 from specdec.config import GenerationConfig
 from specdec.engine import generate
 from specdec.pairs import shared_store
+from specdec.passcost import one_token_pass_s
 from specdec.run import plain_int4_run
 
+from . import theory
 from .layout import Page, StopFlag
 from .view import RunView, frame
 
@@ -86,15 +88,19 @@ def _on_gpu(fn):
 @_on_gpu
 def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
     """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
-    plain run with the same settings, then ("lossy", StepEvent) for plain decoding with an int4
-    copy of the target (built once per pair, cached on disk). The pair is already loaded (in this
-    process, or in the one a ZeroGPU worker was forked from)."""
+    plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
+    timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
+    for plain decoding with an int4 copy of the target (built once per pair, cached on disk). The
+    pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from)."""
     pair = shared_store().get(pair_name)
-    for event in generate(pair, prompt, config):
+    decoding = generate(pair, prompt, config)
+    for event in decoding:
         yield "spec", event
     if compare:
         for event in generate(pair, prompt, replace(config, drafter="none")):  # the baseline: nothing drafted
             yield "plain", event
+    else:
+        yield "decode_step", one_token_pass_s(decoding)
     if plain_int4:
         for event in plain_int4_run(pair, prompt, config):
             yield "lossy", event
@@ -152,13 +158,13 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             _running[session] = stop
             held.callback(_running.pop, session, None)
 
-        drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
-        view = RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
-                       status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
-                       lossy_wanted=plain_int4)
+        view = new_view(pair, config, show_rejected, lossy_wanted=plain_int4)
         throttle = Throttle()
         stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare, plain_int4)))
         for which, event in stream:
+            if which == "decode_step":
+                view.one_token_pass_s = event
+                continue
             {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[which].append(event)
             if stop.is_set():  # checked after every step: Stop, or the visitor's tab closed
                 break
@@ -168,4 +174,19 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         view.finished, view.stopped = True, stop.is_set()
         if not view.stopped:
             gpu_budget.record(pair.name, config, view.spec, view.plain)
-        yield frame(page, view)
+        yield last_frame(page, values, view)
+
+
+def new_view(pair, config: GenerationConfig, show_rejected: bool, lossy_wanted: bool = False) -> RunView:
+    drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
+    return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected, pair_name=pair.name,
+                   status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
+                   lossy_wanted=lossy_wanted)
+
+
+def last_frame(page: Page, values: dict, view: RunView) -> dict:
+    """The finished run, with the theory tab redrawn from it (and kept in the session's theory
+    state, when the caller passed one)."""
+    out = frame(page, view)
+    out.update(theory.after_run(page, values.get(page.theory_state) or theory.TheorySession(), view))
+    return out

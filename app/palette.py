@@ -15,3 +15,9 @@ TOKEN_COLOURS = {
     "bonus": BONUS,
     "plain": PLAIN,
 }
+
+# The step panel's three distributions at the decisive position. The residual is amber because the
+# correction token is drawn from it.
+P_TARGET = "#0d9488"  # teal: the target's distribution p
+Q_DRAFT = "#db2777"  # pink: the draft's distribution q
+RESIDUAL = CORRECTION  # amber: normalise(max(0, p - q))

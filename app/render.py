@@ -27,10 +27,12 @@ KIND_CLASS = {CORRECTION: "correction", BONUS: "bonus", PLAIN: "plain", EOS_ACCE
 NEWLINE_MARK = "\u21b5"  # shown in place of a newline inside a rejected token, so it cannot move the real text
 
 
-def _span(cls: str, text: str, title: str) -> str:
+def _span(cls: str, text: str, title: str, step: int | None = None) -> str:
+    """One token. `step` (an int, never model text) lets a click open that step in the step panel."""
     if not text:  # e.g. an end-of-sequence token that decodes to "": nothing to see
         return ""
-    return f'<span class="tok tok-{cls}" title="{escape(title, quote=True)}">{escape(text, quote=True)}</span>'
+    at = f' data-step="{int(step)}"' if step is not None else ""
+    return f'<span class="tok tok-{cls}"{at} title="{escape(title, quote=True)}">{escape(text, quote=True)}</span>'
 
 
 def _draft_title(event: StepEvent, i: int, cls: str) -> str:
@@ -53,14 +55,14 @@ def _target_title(event: StepEvent) -> str:
 
 def render_event(event: StepEvent, show_rejected: bool = True) -> str:
     """The spans of one step: accepted drafts, rejected drafts (where they were proposed), then the target token."""
-    n_acc = event.accepted
-    parts = [_span("accepted", event.emitted_text[i], _draft_title(event, i, "accepted")) for i in range(n_acc)]
+    n_acc, step = event.accepted, event.step
+    parts = [_span("accepted", event.emitted_text[i], _draft_title(event, i, "accepted"), step) for i in range(n_acc)]
     if show_rejected:
         for i in range(n_acc, len(event.drafted)):
             text = event.drafted_text[i].replace("\r\n", NEWLINE_MARK).replace("\n", NEWLINE_MARK)
-            parts.append(_span("rejected", text, _draft_title(event, i, "rejected")))
+            parts.append(_span("rejected", text, _draft_title(event, i, "rejected"), step))
     if event.kind != EOS_ACCEPTED:  # an "eos" step has no target token of its own
-        parts.append(_span(KIND_CLASS[event.kind], event.emitted_text[-1], _target_title(event)))
+        parts.append(_span(KIND_CLASS[event.kind], event.emitted_text[-1], _target_title(event), step))
     return "".join(parts)
 
 
@@ -85,35 +87,70 @@ def _stat(label: str, value: str, help_text: str) -> str:
     )
 
 
-def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str | None = None) -> str:
+def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str | None = None, *, plain_done: bool = True) -> str:
     """A row of numbers. Everything comes from RunMetrics; only the speedup and passes saved compare two runs.
+    `plain_done`: the plain run has ended (until then "target passes saved" would count a half run).
     `badge` is HTML from render_badge, placed at the end of the row."""
     dash = "\u2014"
     has_plain = plain is not None and plain.target_passes > 0
     speedup = spec.tokens_per_s / plain.tokens_per_s if has_plain and plain.tokens_per_s > 0 else None
+    drafted = spec.drafted > 0
+    decode_from = f"a plain decode step (from {spec.decode_step_from})" if spec.decode_step_s else "a plain decode step (not known yet)"
     stats = [
-        _stat("speculative tok/s", f"{spec.tokens_per_s:.1f}", "new tokens per second, speculative decoding"),
+        _stat("speculative tok/s", f"{spec.tokens_per_s:.1f}", "new tokens per second, speculative decoding (prompt processing excluded)"),
         _stat("plain tok/s", f"{plain.tokens_per_s:.1f}" if has_plain else dash, "new tokens per second, plain decoding"),
         _stat("speedup", f"{speedup:.2f}\u00d7" if speedup else dash, "speculative tok/s divided by plain tok/s"),
         _stat(
-            "acceptance rate",
-            f"{spec.acceptance_rate:.0%}" if spec.drafted else dash,
-            f"{spec.accepted} of {spec.drafted} draft tokens accepted",
+            "per-token acceptance \u03b1",
+            f"{spec.alpha:.2f}" if drafted else dash,
+            f"accepted / (accepted + steps that rejected a draft token) = {spec.accepted} / "
+            f"({spec.accepted} + {spec.rejections}): the chance that one draft token is kept, as Leviathan et al. 2023 model it",
         ),
-        _stat("tokens / target pass", f"{spec.tokens_per_step:.2f}", "plain decoding makes exactly 1 per pass"),
+        _stat(
+            "drafts accepted",
+            f"{spec.accepted_share:.0%}" if drafted else dash,
+            f"{spec.accepted} of {spec.drafted} draft tokens accepted (accepted / drafted). Lower than \u03b1: "
+            "the drafts after a rejection are never checked, yet count as not accepted",
+        ),
+        _stat(
+            "tokens / target pass",
+            f"{spec.tokens_per_step:.2f}",
+            f"measured; independent acceptance at \u03b1 would give (1 - \u03b1^(K+1)) / (1 - \u03b1) = "
+            f"{spec.expected_tokens_per_pass:.2f}. Plain decoding makes exactly 1 per pass",
+        ),
         _stat(
             "target passes saved",
-            str(plain.target_passes - spec.target_passes) if has_plain else dash,
-            "plain decoding's target forward passes minus speculative decoding's",
+            str(plain.target_passes - spec.target_passes) if has_plain and plain_done else dash,
+            "plain decoding's target forward passes minus speculative decoding's (shown when both runs have ended)",
         ),
+        _stat("cost ratio c", _c_value(spec), f"one draft pass / {decode_from}. " + _c_help(spec)),
         _stat(
-            "predicted speedup",
-            f"{spec.predicted_speedup:.2f}\u00d7",
-            "Leviathan et al. 2023: (1 - a^(K+1)) / ((1 - a)(K c + 1)) from this run's a, mean K and c",
+            "verify cost",
+            f"{spec.verify_cost:.2f}" if drafted and spec.verify_cost is not None else dash,
+            f"one target pass over K+1 tokens / {decode_from}: about 1 where decoding is memory-bound "
+            "(the weights are read once per pass), more where the pass is compute-bound",
         ),
-        _stat("cost ratio c", f"{spec.cost_ratio_c:.3f}", "one draft pass / one target pass (0 for prompt lookup)"),
     ]
     return f'<div class="stats">{"".join(stats)}{badge or ""}</div>'
+
+
+def _c_value(m: RunMetrics) -> str:
+    if m.cost_ratio_c is None or not m.drafted:
+        return "\u2014"
+    if not m.model_steps:
+        return "0 (lookup)"
+    if m.lookup_steps:
+        return f"{m.cost_ratio_c:.3f} (model {m.draft_model_c:.3f})"
+    return f"{m.cost_ratio_c:.3f}"
+
+
+def _c_help(m: RunMetrics) -> str:
+    if m.drafted and not m.model_steps:
+        return "Prompt lookup costs no draft pass: it copies tokens from the prompt, so c is about 0."
+    if m.model_steps and m.lookup_steps:
+        return (f"Drafter auto: {m.lookup_steps} steps by prompt lookup (no draft pass) and {m.model_steps} by the "
+                "draft model; the first figure blends both, the second is the draft model's own.")
+    return "A draft pass is the drafting time per drafted token."
 
 
 def render_badge(

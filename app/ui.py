@@ -10,9 +10,11 @@ from specdec.models import pick_device
 from specdec.pairs import shared_store
 from specdec.variants import default_variant
 
-from . import render
+from . import render, stepping, theory, theory_run
 from .layout import ASSETS, build_layout
 from .live import live_run, stop_session
+
+GENERATION = "generation"  # the pairs are shared by every session: runs, steps and sweeps take turns
 
 
 def default_pair_name() -> str:
@@ -33,18 +35,45 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="Speculative decoding, seen live") as demo:
         page = build_layout(store.default, pairs=store.offer.names, max_new_tokens=max_new_tokens_cap())
 
+        run_inputs = page.settings() | {page.stop, page.theory_state, page.step_state}
+
         def on_generate(values: dict, request: gr.Request, progress=gr.Progress()):
+            values[page.step_state].close()  # a held stepped run ends when another run starts
             yield from live_run(page, values, progress, session=request.session_hash if request else None)
+
+        def on_step(values: dict, progress=gr.Progress()):
+            return stepping.step(page, values, progress)
+
+        def on_run_to_end(values: dict, progress=gr.Progress()):
+            yield from stepping.run_to_end(page, values, progress)
+
+        def on_sweep(values: dict, progress=gr.Progress()):
+            yield from theory_run.sweep(page, values, progress)
+
+        def on_measure(values: dict, progress=gr.Progress()):
+            return theory_run.measure_passes(page, values, progress)
+
+        def on_token_click(values: dict, evt: gr.EventData):
+            return stepping.open_token(page, values, evt)
 
         page.pair.change(lambda name: gr.update(info=PRESETS[name].description if name in PRESETS else None), page.pair, page.pair)
         # Each pair starts on the draft variant measured fastest for it on this kind of machine.
         page.pair.change(lambda name: default_variant(name, pick_device()), page.pair, page.draft_variant)
         page.plain_int4.change(lambda on: gr.update(visible=bool(on)), page.plain_int4, page.lossy_lane, concurrency_limit=None)
-        page.generate.click(
-            on_generate, page.settings() | {page.stop}, page.run_outputs(), api_name="generate",
-            concurrency_limit=1,  # one generation at a time: the pairs are shared by every session
-            preprocess=False,  # values arrive as sent, so read_config can name a wrong field (Gradio's own checks cannot)
-        )
+        # preprocess=False: values arrive as sent, so read_config can name a wrong field (Gradio's own checks cannot).
+        # One run at a time (concurrency_limit=1 shared by GENERATION): the pairs are shared by every session.
+        page.generate.click(on_generate, run_inputs, page.run_outputs(), api_name="generate",
+                            concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        page.step_button.click(on_step, run_inputs, page.run_outputs() + [page.step_panel], api_name="step",
+                               concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        page.run_to_end.click(on_run_to_end, run_inputs, page.run_outputs(), api_name="run_to_end",
+                              concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        page.sweep_button.click(on_sweep, run_inputs, theory.outputs(page), api_name="sweep_k",
+                                concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        page.measure_button.click(on_measure, {page.pair, page.prompt, page.theory_state}, theory.outputs(page),
+                                  api_name="measure_pass_costs", concurrency_limit=1, concurrency_id=GENERATION,
+                                  preprocess=False)
+        page.spec_html.click(on_token_click, {page.spec_events, page.step_state}, page.step_panel, concurrency_limit=None)
         # Stop only sets the flag; the run checks it after each step. It must not wait behind Generate.
         page.stop_button.click(lambda flag: flag.set(), page.stop, None, concurrency_limit=None)
         page.show_rejected.change(render.render_tokens, [page.spec_events, page.show_rejected], page.spec_html,

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from specdec.compare import departure, first_difference
 from specdec.config import GenerationConfig
-from specdec.metrics import summarize
+from specdec.metrics import summarize, summarize_runs
 
-from . import charts, render
+from . import charts, render, theory
 from .layout import PENDING, Page
 
 
@@ -27,6 +27,8 @@ class RunView:
     show_rejected: bool = True
     lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
     lossy: list = field(default_factory=list)  # its StepEvents
+    pair_name: str = ""
+    one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
 
 
 def badge(view: RunView) -> str | None:
@@ -67,8 +69,11 @@ def lossy_note(view: RunView) -> str:
 
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
-    stats = render.render_stats(summarize(view.spec), summarize(view.plain) if view.plain else None, badge=badge(view))
+    plain = summarize(view.plain) if view.plain else None
+    spec = summarize_runs(view.spec, view.plain, view.one_token_pass_s)  # costs in the plain run's decode steps
+    stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
     out = {
+        page.predictions: theory.render_predictions(spec, plain, view.finished),
         page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
         page.spec_html: render.render_tokens(view.spec, view.show_rejected),
         page.plain_html: render.render_tokens(view.plain, False) if view.plain else PENDING,

@@ -163,6 +163,7 @@ class DraftVerdict:
     """One drafted token: the numbers that decided it and the verdict."""
 
     index: int
+    id: int  # the drafted token id
     text: str
     p_draft: float
     p_target: float
@@ -206,7 +207,7 @@ def explain(event: StepEvent, detail: StepDetail | None = None) -> StepExplanati
                 choice = event.drafted_text[i] if i < n else event.emitted_text[-1]
         if detail is not None and detail.u is not None:
             u = detail.u[i]
-        rows.append(DraftVerdict(i, event.drafted_text[i], event.p_draft[i], event.p_target[i],
+        rows.append(DraftVerdict(i, token, event.drafted_text[i], event.p_draft[i], event.p_target[i],
                                  event.accept_probs[i], verdict, choice, margin, u))
     has_token = event.kind != EOS_ACCEPTED
     return StepExplanation(

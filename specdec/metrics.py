@@ -39,6 +39,7 @@ class RunMetrics:
     target_passes: int  # target forward passes (= steps)
     drafted: int  # draft tokens proposed
     accepted: int  # draft tokens kept
+    rejections: int  # steps that turned a draft token down
     alpha: float  # per-token acceptance probability, estimated (estimate_alpha)
     accepted_share: float  # accepted / drafted (0 when nothing was drafted)
     tokens_per_step: float  # tokens / target passes, measured
@@ -109,6 +110,7 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
         target_passes=passes,
         drafted=drafted,
         accepted=accepted,
+        rejections=sum(1 for e in events if e.accepted < len(e.drafted)),
         alpha=alpha,
         accepted_share=accepted / drafted if drafted else 0.0,
         tokens_per_step=tokens_per_step,

@@ -114,7 +114,7 @@ def test_generate_streams_coloured_tokens_stats_and_plots(page):
         tie = re.search(r"differs at token \d+: spec .* vs plain .*, target top-2 logit margin \d+\.\d{4}: a numerical tie", badge)
         assert "identical to plain decoding" in badge or tie, badge
     assert f"({DTYPE})" in page.locator("#status").inner_text()  # the override reached the app
-    assert "acceptance rate" in page.locator("#stats").inner_text()
+    assert "per-token acceptance" in page.locator("#stats").inner_text() and "drafts accepted" in page.locator("#stats").inner_text()
     for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot"):
         assert page.locator(f"#{plot} .js-plotly-plot .trace").count() > 0, plot
     title = spec.locator(".tok-rejected").first.get_attribute("title")
@@ -165,3 +165,85 @@ def test_draft_variant_and_the_lossy_lane(page):
     assert "int4 target:" in note and ("departs from the exact target at token" in note or "the same 24 tokens" in note), note
     assert page.locator("#lossy-pane .tok-plain").count() > 0
     page.locator("#plain-int4 input").uncheck()
+
+
+STEP_PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+SPAN_IN_PAGE = "Array.from(document.querySelectorAll('#spec-pane .tok')).map(t => [t.className, t.dataset.step, t.textContent])"
+
+
+def expected_run(max_new_tokens: int, temperature: float, draft_variant: str):
+    """The same run in this process (same pair, dtype, settings and seed): what stepping must show."""
+    from specdec.config import GenerationConfig
+    from specdec.engine import generate
+    from specdec.models import load_pair
+
+    pair = load_pair("tiny-random", device="cpu", dtype=DTYPE)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, k=5, temperature=temperature, draft_variant=draft_variant)
+    return list(generate(pair, STEP_PROMPT, config))
+
+
+def panel_verdicts(page, step: int) -> list[str]:
+    page.wait_for_selector(f'#step-panel .step-panel[data-step="{step}"]', timeout=60_000)
+    return page.eval_on_selector_all(f'#step-panel .step-panel[data-step="{step}"] tr[data-verdict]',
+                                     "rows => rows.map(r => r.dataset.verdict)")
+
+
+def event_verdicts(event) -> list[str]:
+    n = event.accepted
+    return ["accepted"] * n + (["rejected"] + ["discarded"] * (len(event.drafted) - n - 1) if n < len(event.drafted) else [])
+
+
+def test_step_through_explains_each_step_and_clicking_a_token_opens_it(page):
+    from app.render import render_tokens
+
+    events = expected_run(48, 0.8, page.locator("#draft-variant input").input_value())  # as an earlier test left it
+    page.locator("#prompt textarea").fill(STEP_PROMPT)
+    temperature = page.locator("#temperature input[type=number]")
+    temperature.fill("0.8")
+    temperature.press("Enter")
+    set_max_new_tokens(page, 48)
+    # Step three times, and on until a step has rejected a draft (its panel shows the three distributions).
+    step = 0
+    while step < 3 or not any(e.kind == "correction" for e in events[:step]):
+        assert step < min(len(events), 12), "no rejection in the first steps"
+        page.click("#step")
+        assert panel_verdicts(page, step) == event_verdicts(events[step]), step
+        if events[step].drafted and not events[step].greedy:  # sampling: u against the ratio, every checked row
+            evidence = page.locator(f'#step-panel tr[data-verdict="accepted"] td:nth-child(6)').all_inner_texts()
+            assert all(re.match(r"u = 0\.\d{3} < \d\.\d{3}", t) for t in evidence), evidence
+        step += 1
+    shown = page.evaluate(SPAN_IN_PAGE)
+    assert {s[1] for s in shown} == {str(i) for i in range(step)}  # the pane holds exactly the steps taken
+
+    # Open a step by clicking one of its tokens: the rejection, with p_target, p_draft and the residual.
+    rejected = next(e for e in events[:step] if e.kind == "correction")
+    page.locator(f'#spec-pane .tok-correction[data-step="{rejected.step}"]').click()
+    assert panel_verdicts(page, rejected.step) == event_verdicts(rejected)
+    table = page.locator("#step-panel .dist-table")
+    assert table.locator("th").all_inner_texts()[:4] == ["token", "p_target", "p_draft", "residual"]
+    assert table.locator("tr.cand.drawn").count() == 1 and "drawn" in table.locator("tr.cand.drawn").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#step-panel").screenshot(path=str(ARTIFACTS / f"step-panel-sampling-tiny-random-{DTYPE}.png"))
+
+    # Run to end: the finished pane is exactly an uninterrupted run's.
+    page.click("#run-to-end")
+    page.wait_for_selector("#stats .badge", timeout=120_000)
+    want = re.findall(r'<span class="tok (tok-\w+)" data-step="(\d+)"', render_tokens(events))
+    assert [(s[0], s[1]) for s in page.evaluate(SPAN_IN_PAGE)] == [("tok " + c, s) for c, s in want]
+    page.wait_for_selector("#predictions .pred-table", timeout=30_000)
+    assert "from passes" in page.locator("#predictions").inner_text()
+    page.screenshot(path=str(ARTIFACTS / f"stepped-run-tiny-random-{DTYPE}.png"), full_page=True)
+
+
+def test_theory_tab_measures_pass_costs_and_sweeps_k(page):
+    page.get_by_role("tab", name="Theory").click()
+    page.click("#measure-passes")
+    page.wait_for_function("document.querySelector('#theory-status').innerText.includes('measured')", timeout=60_000)
+    assert "decode steps" in page.locator("#passcost-caption").inner_text()
+    # The sweep uses the Live tab's settings (48 tokens, sampled, from the test before).
+    page.click("#sweep")
+    page.wait_for_function("document.querySelector('#theory-status').innerText.includes('K=8')", timeout=180_000)
+    assert page.locator("#k-curve-plot .js-plotly-plot .trace").count() >= 4  # two curves, best K, the measured points
+    assert "measured by Sweep K" in page.locator("#k-caption").inner_text()
+    page.screenshot(path=str(ARTIFACTS / f"theory-tiny-random-{DTYPE}.png"), full_page=True)
+    page.get_by_role("tab", name="Live").click()

@@ -57,8 +57,13 @@ def test_throughput_while_streaming(spec_events):
 
 
 def test_tokens_per_pass_figure(spec_events):
-    (bars,) = tokens_per_pass_figure(spec_events).data
+    bars, predicted = tokens_per_pass_figure(spec_events).data
     assert list(bars.x) == [1, 2, 3, 4] and list(bars.y) == [2, 1, 0, 1]
+    # alpha = 4 accepted / (4 + 2 rejections); the steps drafted 3, 3, 0 and 2 tokens
+    from specdec.theory import expected_pass_counts
+
+    assert list(predicted.y) == pytest.approx(expected_pass_counts(4 / 6, [3, 3, 0, 2]))
+    assert sum(predicted.y) == pytest.approx(4)  # one expected pass per step
 
 
 @pytest.mark.parametrize("build", [

@@ -13,7 +13,7 @@ from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, ch
 from specdec.metrics import summarize
 
 XSS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '" onmouseover="alert(1)', "a & b'"]
-SPAN = re.compile(r'<span class="tok tok-(\w+)" title="([^"]*)">([^<]*)</span>')
+SPAN = re.compile(r'<span class="tok tok-(\w+)"(?: data-step="\d+")? title="([^"]*)">([^<]*)</span>')
 
 
 def make_events(steps: list[tuple[list[str], int, str | None, str]]) -> list[StepEvent]:
@@ -138,17 +138,40 @@ def test_stats_row():
     assert values["speculative tok/s"] == f"{spec.tokens_per_s:.1f}"
     assert values["plain tok/s"] == f"{plain.tokens_per_s:.1f}"
     assert values["speedup"] == f"{spec.tokens_per_s / plain.tokens_per_s:.2f}\u00d7"
-    assert values["acceptance rate"] == "75%"
+    assert values["per-token acceptance \u03b1"] == "0.75"  # 3 accepted, 1 rejection
+    assert values["drafts accepted"] == "75%"
     assert values["tokens / target pass"] == "2.50"  # 3 + 2 tokens over 2 passes
     assert values["target passes saved"] == "4"
-    assert values["predicted speedup"] == f"{spec.predicted_speedup:.2f}\u00d7"
-    assert values["cost ratio c"] == f"{spec.cost_ratio_c:.3f}"
+    assert "cost ratio c" in values and "verify cost" in values
+    assert "predicted speedup" not in values  # the predictions have their own box, beside the measurement
+    # while the plain run streams, passes saved would count half a run: a dash until both have ended
+    assert dict((label, value) for value, label in re.findall(
+        r'<span class="stat-value">([^<]*)</span><span class="stat-label">([^<]*)</span>',
+        render_stats(spec, plain, plain_done=False)))["target passes saved"] == "\u2014"
     # without a plain run (or before it starts) the comparisons show a dash; nothing divides by zero
     for plain_run in (None, summarize([])):
         alone = render_stats(spec, plain_run)
-        assert alone.count("\u2014") == 3
+        assert alone.count("\u2014") == 5  # plain tok/s, speedup, passes saved, and c and verify cost (no decode step)
     assert "stat" in render_stats(summarize([]), None)
     assert render_stats(spec, plain, badge=render_badge(identical=True)).count("badge-identical") == 1
+
+
+def test_c_says_prompt_lookup_costs_no_draft_pass():
+    from dataclasses import replace
+
+    events = make_events([(["a", "b"], 2, "c", BONUS), (["d", "e"], 1, "f", CORRECTION)])
+    lookup = [replace(e, drafter="lookup") for e in events]
+    mixed = [replace(events[0], drafter="lookup"), replace(events[1], drafter="model")]
+    html = render_stats(summarize(lookup, decode_step_s=0.05, decode_step_from="the plain run"))
+    assert "0 (lookup)" in html and "costs no draft pass" in html
+    html = render_stats(summarize(mixed, decode_step_s=0.05, decode_step_from="the plain run"))
+    assert "(model " in html and "the draft model&#x27;s own" in html
+
+
+def test_tokens_carry_their_step():
+    events = make_events([(["a", "b"], 1, "X", CORRECTION), (["c"], 1, "Y", BONUS)])
+    assert re.findall(r'data-step="(\d+)"', render_tokens(events)) == ["0", "0", "0", "1", "1"]
+    assert "data-step" not in render_legend()
 
 
 def test_badge():

@@ -1,0 +1,120 @@
+"""Step through a run: "Step" advances the held run (app.step_panel.StepSession) by one step,
+"Run to end" drains it and runs plain decoding beside it, a click on a token opens its step.
+The held run is a DetailedDecoding: the same events as an uninterrupted run, plus what the panel shows.
+
+The run is held in this process between clicks, so stepping is off on ZeroGPU (each GPU call runs
+in a worker there). The pair is taken from the shared store for each call; if the store has
+reloaded it since, the held run starts again."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import replace
+
+import gradio as gr
+
+from specdec.detail import explain
+from specdec.engine import generate
+from specdec.pairs import shared_store
+from specdec.passcost import one_token_pass_s
+
+from . import live, step_panel
+from .view import frame
+
+
+def _key(page, values: dict, config) -> tuple:
+    return (values[page.pair], values[page.prompt], config)
+
+
+def _start(page, values: dict, session, pair, config) -> None:
+    """A new held run with the current settings (ValueError names a bad one)."""
+    decoding = generate(pair, values[page.prompt], config, stop=values[page.stop], detail=True)
+    session.close()
+    session.decoding, session.events = decoding, iter(decoding)
+    session.view = live.new_view(pair, config, bool(values[page.show_rejected]))
+    session.pair, session.prompt, session.config, session.key = pair, values[page.prompt], config, _key(page, values, config)
+
+
+def _held(page, values: dict, session, pair, config, ended_is_over: bool = True) -> bool:
+    """The held run can go on: same settings, same loaded pair, and (ended_is_over) not ended."""
+    return (session.events is not None and session.pair is pair and session.key == _key(page, values, config)
+            and not (session.ended and ended_is_over))
+
+
+def step(page, values: dict, progress: gr.Progress) -> dict:
+    """One speculative step; a new run when none is held, the last one ended, or the settings changed."""
+    session, store = values[page.step_state], shared_store()
+    with session.lock:
+        try:
+            config = live.read_config(page, values)
+            name = store.check_offered(values[page.pair])
+            with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
+                if not _held(page, values, session, pair, config):
+                    _start(page, values, session, pair, config)
+                values[page.stop].clear()
+                event = next(session.events, None)
+        except ValueError as err:
+            gr.Warning(str(err))
+            return {page.status: f"Not started: {err}"}
+        view = session.view
+        if event is None:  # stopped, or nothing left
+            session.ended = True
+            return {page.status: view.status + " \u2014 the run has ended: Step starts a new one"}
+        view.spec.append(event)
+        session.ended = event.finish is not None
+        out = frame(page, view)
+        note = ("the speculative run is complete: Run to end adds plain decoding" if session.ended
+                else "Step for the next step, Run to end to finish")
+        out[page.status] = f"{view.status} \u2014 stepping: step {event.step} ({note})"
+        out[page.step_panel] = step_panel.render_panel(explain(event, session.decoding.details[event.step]))
+        return out
+
+
+def run_to_end(page, values: dict, progress: gr.Progress):
+    """Finish the held run (or a new one, recorded), then plain decoding and the comparison."""
+    session, store = values[page.step_state], shared_store()
+    with session.lock, ExitStack() as held:
+        try:
+            config = live.read_config(page, values)
+            name = store.check_offered(values[page.pair])
+            pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
+            finished = session.view is not None and session.view.finished
+            if finished or not _held(page, values, session, pair, config, ended_is_over=False):
+                _start(page, values, session, pair, config)
+        except ValueError as err:
+            gr.Warning(str(err))
+            yield {page.status: f"Not started: {err}"}
+            return
+        stop = values[page.stop]
+        stop.clear()
+        view, throttle = session.view, live.Throttle()
+        yield from _stream(page, view, view.spec, session.events, throttle)
+        session.ended = True
+        if values[page.compare] and not stop.is_set():
+            plain_run = generate(pair, session.prompt, replace(config, drafter="none"), stop=stop)  # nothing drafted
+            yield from _stream(page, view, view.plain, plain_run, throttle)
+        elif view.spec and not stop.is_set():
+            view.one_token_pass_s = one_token_pass_s(session.decoding)  # the decode step c and the verify cost count in
+        view.finished, view.stopped = True, stop.is_set()
+        yield live.last_frame(page, values, view)
+
+
+def _stream(page, view, into: list, events, throttle):
+    for event in events:
+        into.append(event)
+        html, plots = throttle.due()
+        if html:
+            yield frame(page, view, plots=plots)
+
+
+def open_token(page, values: dict, evt: gr.EventData) -> dict:
+    """A token was clicked: explain its step, with the recorded detail when it is the held run."""
+    events = values[page.spec_events] or []
+    try:
+        index = int(evt.step)
+    except (AttributeError, TypeError, ValueError):
+        return {}
+    if not 0 <= index < len(events):
+        return {}
+    detail = values[page.step_state].detail(index, events)
+    return {page.step_panel: step_panel.render_panel(explain(events[index], detail))}

@@ -1,0 +1,109 @@
+"""The theory tab's figures: speedup vs K, the co-design map, what a pass costs. They read
+RunMetrics, PassCosts and sweep points, and call specdec.theory for every predicted value."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from specdec.passcost import PassCosts
+from specdec.theory import best_k, iso_speedup_grid, speedup_curve
+
+from . import palette
+from .charts import _figure
+
+KS = list(range(1, 17))
+TEXTBOOK = "#9ca3af"  # light grey: the textbook curve, a reference rather than a run
+ISO_FIRST, ISO_LAST, ISO_STEP = 0.25, 4.0, 0.25  # the lines of equal speedup drawn
+
+
+def draft_c(m) -> float | None:
+    """The draft model's own c where it drafted (auto blends in free lookup steps), else the run's."""
+    return m.draft_model_c if m.draft_model_c is not None else m.cost_ratio_c
+
+
+def verify_cost_at(m, costs: PassCosts | None):
+    """K -> verify cost: from the pass-cost measurement when there is one, else the run's own,
+    the same for every K."""
+    if costs is not None:
+        return costs.verify_cost
+    return lambda k: m.verify_cost
+
+
+def k_curve_figure(m=None, costs: PassCosts | None = None, sweep=(), run_k=None, run_speedup=None) -> go.Figure:
+    """Predicted speedup for K = 1..16 from the run's alpha and c (textbook: verify cost 1; and with
+    the verify cost), the best K marked, measured points of a sweep and of the run itself."""
+    fig = _figure("Speedup vs K", "K: draft tokens per step", "speedup over plain")
+    if m is not None and m.drafted and draft_c(m) is not None:
+        c = draft_c(m)
+        textbook = speedup_curve(m.alpha, c, lambda k: 1.0, KS)
+        with_verify = speedup_curve(m.alpha, c, verify_cost_at(m, costs), KS)
+        fig.add_scatter(x=KS, y=textbook, name="textbook (verify = 1 step)", mode="lines",
+                        line=dict(color=TEXTBOOK, dash="dash", width=2))
+        fig.add_scatter(x=KS, y=with_verify, name="with measured verify cost", mode="lines",
+                        line=dict(color=palette.SPECULATIVE, width=2))
+        best = best_k(KS, with_verify)
+        fig.add_scatter(x=[best], y=[with_verify[best - 1]], name=f"best K = {best}", mode="markers",
+                        marker=dict(symbol="star", size=14, color=palette.SPECULATIVE))
+    points = [p for p in sweep if p.speedup]
+    if points:
+        fig.add_scatter(x=[p.k for p in points], y=[p.speedup for p in points], name="measured (Sweep K)",
+                        mode="markers+lines", line=dict(color=palette.ACCEPTED, width=1, dash="dot"),
+                        marker=dict(size=9, color=palette.ACCEPTED))
+    if run_k and run_speedup:
+        fig.add_scatter(x=[run_k], y=[run_speedup], name="this run", mode="markers",
+                        marker=dict(symbol="diamond", size=11, color=palette.BONUS))
+    fig.add_hline(y=1.0, line=dict(color="rgba(128,128,128,0.6)", width=1))
+    fig.update_layout(xaxis=dict(dtick=1, range=[0.5, 16.5]))
+    return fig
+
+
+def codesign_figure(k: int | None = None, verify_cost: float | None = None, points=()) -> go.Figure:
+    """Iso-speedup contours over per-token acceptance (x) and c (y) for one K and verify cost,
+    and every drafter run so far as a labelled point."""
+    fig = _figure("Co-design map: acceptance vs draft cost", "per-token acceptance \u03b1", "c: draft pass / decode step")
+    c_max = max([0.6] + [p.c * 1.15 for p in points if p.c is not None])
+    if k and verify_cost:
+        alphas = [i / 50 for i in range(50)]  # alpha = 1 is the limit K+1 tokens per pass; leave it out
+        cs = [c_max * i / 40 for i in range(41)]
+        fig.add_contour(
+            x=alphas, y=cs, z=iso_speedup_grid(k, verify_cost, alphas, cs), showscale=False, name="predicted speedup",
+            contours=dict(coloring="lines", showlabels=True, start=ISO_FIRST, end=ISO_LAST, size=ISO_STEP,
+                          labelfont=dict(size=10)),
+            line=dict(width=1), colorscale=[[0, "#9ca3af"], [1, palette.SPECULATIVE]],
+            hovertemplate="\u03b1 %{x:.2f}, c %{y:.2f}: %{z:.2f}\u00d7<extra></extra>",
+        )
+        fig.add_contour(  # break-even, drawn bold: above it a drafter loses time
+            x=alphas, y=cs, z=iso_speedup_grid(k, verify_cost, alphas, cs), showscale=False, name="break-even (1\u00d7)",
+            contours=dict(coloring="lines", start=1.0, end=1.0, size=1.0), line=dict(width=3),
+            colorscale=[[0, palette.REJECTED], [1, palette.REJECTED]], hoverinfo="skip",
+        )
+    if points:
+        fig.add_scatter(
+            x=[p.alpha for p in points], y=[p.c for p in points], mode="markers+text", name="drafters run",
+            text=[p.label for p in points], textposition="top center", textfont=dict(size=10),
+            marker=dict(size=10, color=palette.BONUS),
+            hovertext=[p.hover for p in points], hoverinfo="text",
+        )
+    fig.update_layout(xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, c_max]), showlegend=False)
+    return fig
+
+
+def passcost_figure(costs: PassCosts | None = None, k: int | None = None) -> go.Figure:
+    """One target pass over n tokens (ms) on this machine, one draft pass beside it, K+1 marked."""
+    fig = _figure("What a pass costs here", "tokens in one target pass", "milliseconds")
+    if costs is None:
+        return fig
+    ms = [1000 * t for t in costs.target_s]
+    steps = [t / costs.decode_step_s for t in costs.target_s]
+    fig.add_scatter(x=list(costs.sizes), y=ms, name="target pass", mode="lines+markers",
+                    line=dict(color=palette.SPECULATIVE, width=2),
+                    customdata=steps, hovertemplate="%{x} tokens: %{y:.1f} ms = %{customdata:.2f} decode steps<extra></extra>")
+    if costs.draft_s is not None:
+        fig.add_hline(y=1000 * costs.draft_s, line=dict(color=palette.Q_DRAFT, dash="dash", width=2),
+                      annotation_text=f"one draft pass {1000 * costs.draft_s:.1f} ms", annotation_position="top left")
+    if k:
+        fig.add_vline(x=k + 1, line=dict(color=palette.BONUS, dash="dot", width=1),
+                      annotation_text=f"K+1 = {k + 1}", annotation_position="top right")
+    fig.update_layout(xaxis=dict(type="log", tickvals=list(costs.sizes), ticktext=[str(n) for n in costs.sizes]),
+                      yaxis=dict(rangemode="tozero"), showlegend=False)
+    return fig

@@ -1,0 +1,72 @@
+"""The theory tab's two buttons: Sweep K (real runs at K = 1, 2, 3, 4, 6, 8 beside one plain run)
+and Measure pass costs. Handlers take the inputs as a dict and return (or yield) dicts of updates.
+Both run in this process (they are off on ZeroGPU, where GPU work runs in a worker per call)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+
+from specdec import passcost
+from specdec.engine import generate
+from specdec.metrics import summarize
+from specdec.pairs import shared_store
+from specdec.sweep import SWEEP_KS, sweep_k
+
+from . import theory
+from .live import read_config
+
+
+def _forget_other_pair(session, key) -> None:
+    if session.pair_key != key:  # the curves drawn so far belong to another pair
+        session.metrics = session.k = session.speedup = None
+        session.sweep = []
+        session.pair_key = key
+
+
+def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
+    """Time target passes over 1..32 tokens and a draft pass after a cache of the prompt."""
+    session, store = values[page.theory_state], shared_store()
+    try:
+        with store.acquire(store.check_offered(values[page.pair]), progress=lambda f, msg: progress(f, desc=msg)) as pair:
+            ids = pair.encode_prompt(values[page.prompt], chat=pair.chat, max_new_tokens=passcost.SIZES[-1])
+            key = (pair.name, pair.dtype_name)
+            theory.PASS_COSTS[key] = passcost.measure(pair, ids)
+    except ValueError as err:
+        return {page.theory_status: f"Not measured: {err}"}
+    _forget_other_pair(session, key)
+    out = theory.updates(page, session)
+    out[page.theory_status] = f"Pass costs measured for {pair.name} on {pair.device} ({pair.dtype_name})."
+    return out
+
+
+def sweep(page, values: dict, progress: gr.Progress):
+    """Run the prompt with the current settings at each K of SWEEP_KS (fixed K), after one plain
+    run; the measured points join the speedup-vs-K chart as they come."""
+    stop, session, store = values[page.stop], values[page.theory_state], shared_store()
+    stop.clear()
+    try:
+        config = read_config(page, values)
+        name = store.check_offered(values[page.pair])
+        with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
+            prompt = values[page.prompt]
+            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=config.max_new_tokens)  # names a bad prompt now
+            _forget_other_pair(session, (pair.name, pair.dtype_name))
+            session.sweep = []
+            yield {page.theory_status: f"Sweep K on {pair.name}: plain decoding first (the reference for every point)\u2026"}
+            plain_events = list(generate(pair, prompt, replace(config, drafter="none"), stop=stop))
+            plain = summarize(plain_events)
+            for point in sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop):
+                session.sweep.append(point)
+                if session.metrics is None and point.k >= min(config.k, SWEEP_KS[-1]):  # no run yet: the curves need one
+                    session.metrics, session.k, session.speedup = point.metrics, point.k, point.speedup
+                out = theory.updates(page, session)
+                done = ", ".join(f"K={p.k} {p.speedup:.2f}\u00d7" for p in session.sweep if p.speedup)
+                out[page.theory_status] = f"Sweep K ({config.max_new_tokens} tokens, plain {plain.tokens_per_s:.1f} tok/s): {done}"
+                yield out
+    except ValueError as err:
+        yield {page.theory_status: f"Not started: {err}"}
+        return
+    if stop.is_set():
+        yield {page.theory_status: "Sweep K stopped."}

@@ -1,0 +1,135 @@
+"""The theory box, tab figures and step panel: every shown number is the metric's, text is escaped."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from app import step_panel, theory, theory_charts
+from specdec.config import GenerationConfig
+from specdec.detail import Candidate, Position, StepDetail, Token, explain
+from specdec.events import BONUS, CORRECTION, PLAIN
+from specdec.metrics import FROM_PLAIN, measured_speedup, summarize, summarize_runs
+from specdec.passcost import PassCosts
+from specdec.theory import best_k, speedup_curve
+
+from test_render import XSS, make_events
+
+
+@pytest.fixture
+def runs():
+    spec = make_events([(["a", "b", "c"], 3, "d", BONUS), (["e", "f", "g"], 1, "h", CORRECTION), (["i", "j", "k"], 2, "l", CORRECTION)])
+    plain = make_events([([], 0, t, PLAIN) for t in "abcdefghi"])
+    return spec, plain
+
+
+def test_predictions_box_shows_the_metrics_own_numbers(runs):
+    spec_events, plain_events = runs
+    spec, plain = summarize_runs(spec_events, plain_events), summarize(plain_events)
+    html = theory.render_predictions(spec, plain, finished=True)
+    shown = dict(re.findall(r'<tr class="pred-([\w_]+)"><th>[^<]*</th><td class="num">([\d.]+)\u00d7', html))
+    assert shown == {
+        "measured": f"{measured_speedup(spec, plain):.2f}",
+        "textbook": f"{spec.predicted_speedup:.2f}",
+        "with_verify_cost": f"{spec.predicted_speedup_with_verify_cost:.2f}",
+        "from_passes": f"{spec.predicted_speedup_from_passes:.2f}",
+    }
+    assert "explains the measured" in html
+    # Until both runs have ended (or without plain decoding) there is nothing to compare.
+    assert theory.render_predictions(spec, plain, finished=False) == theory.WAITING
+    assert theory.render_predictions(summarize(spec_events), None, finished=True) == theory.WAITING
+
+
+def test_verdict_names_the_closest_prediction_and_the_gaps():
+    from types import SimpleNamespace
+
+    from specdec.theory import PredictionGap
+
+    gap = PredictionGap(measured=1.5, textbook=1.2, with_verify_cost=0.9, from_passes=1.48, verify_factor=0.75,
+                        burst_factor=1.64, unexplained=1.5 / 1.48)
+    m = SimpleNamespace(verify_cost=1.9, tokens_per_step=4.6, expected_tokens_per_pass=2.8, alpha=0.7)
+    text = theory.verdict(gap, m)
+    assert text.startswith("The accounting from passes explains the measured 1.50\u00d7 best (within 1%)")
+    assert "1.90 decode steps" in text and "4.60 tokens" in text and "2.80" in text and "no hidden cost" in text
+
+
+def test_k_curve_is_specdec_theory(runs):
+    spec_events, plain_events = runs
+    m = summarize_runs(spec_events, plain_events)
+    costs = PassCosts((1, 2, 4, 8, 16, 32), (0.2, 0.2, 0.22, 0.26, 0.33, 0.46), 0.1, 100, 3)
+    fig = theory_charts.k_curve_figure(m, costs, (), 3, 1.4)
+    names = [t.name for t in fig.data]
+    textbook, solid = fig.data[0], fig.data[1]
+    assert list(textbook.y) == pytest.approx(speedup_curve(m.alpha, m.cost_ratio_c, lambda k: 1.0, theory_charts.KS))
+    assert list(solid.y) == pytest.approx(speedup_curve(m.alpha, m.cost_ratio_c, costs.verify_cost, theory_charts.KS))
+    assert f"best K = {best_k(theory_charts.KS, list(solid.y))}" in names and "this run" in names
+    fig.to_json()
+
+
+def test_codesign_map_has_contours_and_points():
+    point = theory.DrafterPoint("draft model K=5", 0.7, 0.25, "hover")
+    fig = theory_charts.codesign_figure(5, 1.2, [point])
+    assert [t.type for t in fig.data] == ["contour", "contour", "scatter"]
+    assert list(fig.data[2].x) == [0.7] and list(fig.data[2].text) == ["draft model K=5"]
+    assert len(theory_charts.codesign_figure().data) == 0  # before any run: empty, titled
+    fig.to_json()
+
+
+def test_session_keeps_one_point_per_drafter_run(runs):
+    spec_events, plain_events = runs
+    session = theory.TheorySession()
+    m = summarize_runs(spec_events, plain_events)
+    session.record(m, summarize(plain_events), GenerationConfig(k=3), ("tiny-random", "fp32"))
+    session.record(replace(m, cost_ratio_c=0.0), None, GenerationConfig(k=3, drafter="lookup"), ("tiny-random", "fp32"))
+    assert [p.label for p in session.points] == ["#1 draft model K=3", "#2 prompt lookup K=3"]
+    assert session.k == 3 and session.speedup is None
+    import copy
+
+    assert copy.deepcopy(session).points == []  # Gradio's per-session copy starts empty
+
+
+def test_passcost_caption_and_figure():
+    costs = PassCosts((1, 2, 4, 8), (0.2, 0.2, 0.22, 0.26), 0.1, 100, 3)
+    text = theory.passcost_caption(costs, 5)
+    assert "K+1 = 6 tokens costs 1.20 decode steps" in text and "memory-bound" in text and "c = 0.500" in text
+    fig = theory_charts.passcost_figure(costs, 5)
+    assert list(fig.data[0].y) == pytest.approx([200, 200, 220, 260])
+
+
+def detail_for(event, drawn_text="<b>"):
+    cands = (Candidate(7, drawn_text, 0.5, 0.1, 0.8), Candidate(101, XSS[0], 0.1, 0.6, 0.0))
+    positions = tuple(Position((Token(7, XSS[1], 0.5),), (Token(101, XSS[2], 0.6),), 1.0) for _ in range(len(event.drafted) + 1))
+    return StepDetail(event.step, False, positions, (0.1,) * len(event.drafted), event.accepted, cands, 7)
+
+
+@pytest.mark.parametrize("evil", XSS)
+def test_step_panel_escapes_model_text(evil):
+    event = make_events([([evil, evil], 1, evil, CORRECTION)])[0]
+    for detail in (None, detail_for(event, evil)):
+        html = step_panel.render_panel(explain(event, detail))
+        for dangerous in ["<script", "<img", 'onmouseover="']:
+            assert dangerous not in html
+
+
+def test_step_panel_rows_follow_the_verdicts():
+    event = make_events([(["a", "b", "c"], 1, "X", CORRECTION)])[0]
+    html = step_panel.render_panel(explain(event, detail_for(event)))
+    assert re.findall(r'data-verdict="(\w+)"', html) == ["accepted", "rejected", "discarded"]
+    assert "u = 0.100 &lt; 0.625" in html and "u = 0.100 \u2265" in html  # sampled: u against min(1, p/q)
+    assert "residual" in html and 'class="cand drawn"' in html and "the rejected draft" in html
+    bonus = make_events([(["a", "b"], 2, "Y", BONUS)])[0]
+    html = step_panel.render_panel(explain(bonus, detail_for(bonus)))
+    assert "Bonus" in html and "<th>residual</th>" not in html and "<th>p_draft</th>" not in html.split("dist-table")[1]
+    html = step_panel.render_panel(explain(event))  # a run that was not stepped: the event alone
+    assert "recorded only for a stepped run" in html and "kept with probability 0.625" in html
+
+
+def test_held_run_detail_only_for_the_run_shown():
+    session = step_panel.StepSession()
+    assert session.detail(0, []) is None
+    session.close()  # nothing held: a no-op
+    import copy
+
+    assert copy.deepcopy(session) is not session and copy.deepcopy(session).events is None
