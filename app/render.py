@@ -97,7 +97,7 @@ def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str |
     drafted = spec.drafted > 0
     decode_from = f"a plain decode step (from {spec.decode_step_from})" if spec.decode_step_s else "a plain decode step (not known yet)"
     stats = [
-        _stat("speculative tok/s", f"{spec.tokens_per_s:.1f}", "new tokens per second, speculative decoding (prompt processing excluded)"),
+        _stat("speculative tok/s", f"{spec.tokens_per_s:.1f}", "new tokens per second, speculative decoding: the engine's own time, prompt processing and page drawing excluded"),
         _stat("plain tok/s", f"{plain.tokens_per_s:.1f}" if has_plain else dash, "new tokens per second, plain decoding"),
         _stat("speedup", f"{speedup:.2f}\u00d7" if speedup else dash, "speculative tok/s divided by plain tok/s"),
         _stat(

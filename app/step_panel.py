@@ -209,7 +209,8 @@ def _distributions(x: StepExplanation) -> str:
     bonus = d.at >= len(x.rows)  # after the last draft: nothing drafted there, q = 0 and the residual is p itself
     residual = not x.greedy and not bonus
     rejected = x.rows[d.at].id if not bonus and x.rows[d.at].verdict == REJECTED else None
-    shown_ids = [c.id for c in d.candidates[:SHOWN_CANDIDATES]]
+    visible = [c for c in d.candidates if max(c.p, c.q, c.residual or 0.0) >= 0.0005]  # 0.000 in every column says nothing
+    shown_ids = [c.id for c in visible[:SHOWN_CANDIDATES]]
     shown_ids += [i for i in (d.drawn, rejected) if i is not None and i not in shown_ids]
     head = ("<tr><th>token</th><th>p_target</th>" + ("" if bonus else "<th>p_draft</th>")
             + ("<th>residual</th>" if residual else "") + "<th></th></tr>")

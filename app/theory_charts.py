@@ -3,6 +3,8 @@ RunMetrics, PassCosts and sweep points, and call specdec.theory for every predic
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from specdec.passcost import PassCosts
@@ -80,7 +82,8 @@ def codesign_figure(k: int | None = None, verify_cost: float | None = None, poin
     if points:
         fig.add_scatter(
             x=[p.alpha for p in points], y=[p.c for p in points], mode="markers+text", name="drafters run",
-            text=[p.label for p in points], textposition="top center", textfont=dict(size=10),
+            text=[p.label for p in points], textfont=dict(size=10),
+            textposition=["top left" if p.alpha > 0.75 else "top right" for p in points],  # labels stay inside the axes
             marker=dict(size=10, color=palette.BONUS),
             hovertext=[p.hover for p in points], hoverinfo="text",
         )
@@ -104,6 +107,7 @@ def passcost_figure(costs: PassCosts | None = None, k: int | None = None) -> go.
     if k:
         fig.add_vline(x=k + 1, line=dict(color=palette.BONUS, dash="dot", width=1),
                       annotation_text=f"K+1 = {k + 1}", annotation_position="top right")
-    fig.update_layout(xaxis=dict(type="log", tickvals=list(costs.sizes), ticktext=[str(n) for n in costs.sizes]),
+    span = [math.log10(min(costs.sizes) / 1.25), math.log10(max(costs.sizes) * 1.25)]  # a log axis takes log10 bounds
+    fig.update_layout(xaxis=dict(type="log", range=span, tickvals=list(costs.sizes), ticktext=[str(n) for n in costs.sizes]),
                       yaxis=dict(rangemode="tozero"), showlegend=False)
     return fig
