@@ -27,6 +27,7 @@ from specdec.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
 from specdec.models import load_pair  # noqa: E402
 from specdec.run import compare_runs  # noqa: E402
 from specdec.theory import expected_pass_counts, prediction_gap  # noqa: E402
+from specdec.variants import default_variant  # noqa: E402
 
 
 def cpu_flags() -> str:
@@ -57,17 +58,20 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--drafter", default="model", choices=["model", "lookup", "auto"])
+    p.add_argument("--draft-variant", default=None, help="default: the app's default for the pair on this machine")
     p.add_argument("--dtype", default=None, help="default: $SPECDEC_DTYPE, else the automatic choice")
     p.add_argument("--tolerance", type=float, default=0.10, help="allowed |measured / from_passes - 1|")
     args = p.parse_args(argv)
 
     prompts = json.loads(Path(args.prompts).read_text())
     pair = load_pair(args.pair, dtype=args.dtype)
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, drafter=args.drafter).validate()
+    variant = args.draft_variant or default_variant(pair.name, pair.device)  # what the app starts with
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, drafter=args.drafter,
+                              draft_variant=variant).validate()
     # A short warm-up of both runs: the first passes of a process pay for allocations.
     compare_runs(pair, prompts[0]["prompt"], replace(config, max_new_tokens=8), chat=prompts[0].get("chat"), with_plain=True)
 
-    print(f"pair {pair.name}, {pair.device} {pair.dtype_name}, drafter {args.drafter}, K = {args.k}, "
+    print(f"pair {pair.name}, {pair.device} {pair.dtype_name}, drafter {args.drafter} (draft variant {variant}), K = {args.k}, "
           f"{args.max_new_tokens} new tokens, greedy; CPU {cpu_flags()}, {os.cpu_count()} cores\n")
     print("| prompt | \u03b1 | accepted share | tokens / pass (expected from \u03b1) | passes with 1 / K+1 tokens (expected) | "
           "c | verify cost | measured | textbook (m/p) | with verify cost (m/p) | from passes (m/p) | same as plain |")
