@@ -6,7 +6,7 @@ greedy acceptance probability of a first draft token. Also prints one draft pass
 cached positions), resident memory, and how much of the target's output a truncated head's
 subset covers. This is how the int4 recipe in specdec/variants.py was chosen (docs/benchmarks.md).
 
-    HF_HUB_OFFLINE=1 flock /tmp/specdec-heavy.lock python scripts/draft_agreement.py bf16 int8 int4 int4-v32k
+    HF_HUB_OFFLINE=1 python scripts/draft_agreement.py bf16 int8 int4 int4-v32k
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ what came back, to docs/reliability.md:
     lock for this part): a pair switch that fails and one that works, with the default pair's speed
     before and after, a dropped client, and resident memory over 30 consecutive runs.
 
-    python scripts/reliability.py --lock /tmp/specdec-heavy.lock [--out docs/reliability.md]
+    python scripts/reliability.py [--lock FILE] [--out docs/reliability.md]
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def machine() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
-    parser.add_argument("--lock", help="lock file to hold while the embedded pair is loaded (e.g. /tmp/specdec-heavy.lock)")
+    parser.add_argument("--lock", help="lock file to hold while the embedded pair is loaded (shared with other benchmark jobs on the machine, so they do not run at once)")
     parser.add_argument("--runs", type=int, default=30, help="consecutive runs of the memory series")
     parser.add_argument("--parts", default="tiny,embedded", help="which apps to run: tiny, embedded or both")
     args = parser.parse_args(argv)
