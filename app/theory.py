@@ -75,8 +75,9 @@ def predictions_section(page) -> None:
 
 def tab(page) -> None:
     """The Theory tab."""
-    page.theory_state = gr.State(TheorySession())
     with gr.Tab("Theory", id="theory", elem_id="theory-tab"):
+        # Inside the tab: a State placed directly in gr.Tabs is drawn as a second copy of the selected tab's button.
+        page.theory_state = gr.State(TheorySession())
         gr.Markdown(
             "Leviathan et al. 2023 model speculative decoding with three numbers: the chance \u03b1 that one draft "
             "token is kept, the cost c of a draft pass and the cost of the target's check of K+1 tokens, both in "
