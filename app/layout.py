@@ -49,41 +49,51 @@ class Page:
 
     def run_outputs(self) -> list:
         """Everything a frame of a run may update."""
-        return [self.status, self.spec_html, self.plain_html, self.stats, self.predictions, *self.plots, self.spec_events,
-                self.plain_events, self.lossy_html, self.lossy_note, *theory.outputs(self)]
+        return [self.status, self.spec_html, self.plain_html, self.stats, self.predictions, *self.plots,
+                self.lossy_html, self.lossy_note, *theory.outputs(self), *self.run_states()]
+
+    def run_states(self) -> list:
+        """The per-session state a frame of a run writes (a replay frame leaves it alone)."""
+        return [self.spec_events, self.plain_events, self.run_view]
 
 
 def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
     """The whole page. Each section is a function that adds its components to `page`. `pairs`: the
     presets offered (all when None); `max_new_tokens`: the end of that slider."""
+    from . import export, how_it_works, present, replay  # they build on Page: imported here, not at the top
+
     page = Page()
-    gr.Markdown(INTRO)
-    gr.HTML(render.render_legend())
+    gr.Markdown(INTRO, elem_id="intro")
+    present.header(page)
     page.stop = gr.State(StopFlag())  # per session: Stop sets it, the engine checks it before each step
     page.spec_events, page.plain_events = gr.State([]), gr.State([])
+    page.run_view = gr.State(None)  # the RunView on screen (live, finished or loaded): what replay and export read
     with gr.Tabs(elem_id="tabs"):
         with gr.Tab("Live", id="live", elem_id="live"):
             controls(page, default_pair, pairs or list(PRESETS), max_new_tokens)
+            replay.section(page)
+            export.section(page)
             panes(page)
             theory.predictions_section(page)
             step_panel.section(page)
             plots(page)
         theory.tab(page)
+        how_it_works.section(page)
     return page
 
 
 def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
-    with gr.Row():
+    with gr.Row(elem_id="controls"):  # folded away in the lecture-hall view
         with gr.Column(scale=3):
             page.prompt = gr.Textbox(label="Prompt", lines=6, elem_id="prompt", placeholder="Ask the model for some code...")
             with gr.Row():
                 page.generate = gr.Button("Generate", variant="primary", elem_id="generate")
                 page.stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
             gr.Examples(
-                examples=[[e["prompt"]] for e in EXAMPLES], inputs=[page.prompt],
+                examples=[[e["prompt"]] for e in EXAMPLES], inputs=[page.prompt], elem_id="examples",
                 example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
             )
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="settings"):
             page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
                                     info=PRESETS[default_pair].description, elem_id="pair")
             page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")

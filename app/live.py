@@ -22,6 +22,7 @@ from specdec.engine import generate
 from specdec.pairs import shared_store
 from specdec.passcost import one_token_pass_s
 from specdec.run import plain_int4_run
+from specdec.record import machine_info, now_utc, pair_info
 
 from . import theory
 from .layout import Page, StopFlag
@@ -158,7 +159,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             _running[session] = stop
             held.callback(_running.pop, session, None)
 
-        view = new_view(pair, config, show_rejected, lossy_wanted=plain_int4)
+        view = new_view(pair, config, show_rejected, prompt, lossy_wanted=plain_int4)
         throttle = Throttle()
         stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare, plain_int4)))
         for which, event in stream:
@@ -177,11 +178,12 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         yield last_frame(page, values, view)
 
 
-def new_view(pair, config: GenerationConfig, show_rejected: bool, lossy_wanted: bool = False) -> RunView:
+def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
     drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected, pair_name=pair.name,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
-                   lossy_wanted=lossy_wanted)
+                   lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
+                   created=now_utc())
 
 
 def last_frame(page: Page, values: dict, view: RunView) -> dict:

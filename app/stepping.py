@@ -31,7 +31,7 @@ def _start(page, values: dict, session, pair, config) -> None:
     decoding = generate(pair, values[page.prompt], config, stop=values[page.stop], detail=True)
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
-    session.view = live.new_view(pair, config, bool(values[page.show_rejected]))
+    session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])
     session.pair, session.prompt, session.config, session.key = pair, values[page.prompt], config, _key(page, values, config)
 
 

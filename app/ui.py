@@ -10,7 +10,7 @@ from specdec.models import pick_device
 from specdec.pairs import shared_store
 from specdec.variants import default_variant
 
-from . import render, stepping, theory, theory_run
+from . import export, present, render, replay, stepping, theory, theory_run
 from .layout import ASSETS, build_layout
 from .live import live_run, stop_session
 
@@ -62,18 +62,22 @@ def build_demo() -> gr.Blocks:
         page.plain_int4.change(lambda on: gr.update(visible=bool(on)), page.plain_int4, page.lossy_lane, concurrency_limit=None)
         # preprocess=False: values arrive as sent, so read_config can name a wrong field (Gradio's own checks cannot).
         # One run at a time (concurrency_limit=1 shared by GENERATION): the pairs are shared by every session.
-        page.generate.click(on_generate, run_inputs, page.run_outputs(), api_name="generate",
-                            concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
-        page.step_button.click(on_step, run_inputs, page.run_outputs() + [page.step_panel], api_name="step",
-                               concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
-        page.run_to_end.click(on_run_to_end, run_inputs, page.run_outputs(), api_name="run_to_end",
-                              concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        run = page.generate.click(on_generate, run_inputs, page.run_outputs(), api_name="generate",
+                                  concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        stepped = page.step_button.click(on_step, run_inputs, page.run_outputs() + [page.step_panel], api_name="step",
+                                         concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
+        ended = page.run_to_end.click(on_run_to_end, run_inputs, page.run_outputs(), api_name="run_to_end",
+                                      concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
         page.sweep_button.click(on_sweep, run_inputs, theory.outputs(page), api_name="sweep_k",
                                 concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
         page.measure_button.click(on_measure, {page.pair, page.prompt, page.theory_state}, theory.outputs(page),
                                   api_name="measure_pass_costs", concurrency_limit=1, concurrency_id=GENERATION,
                                   preprocess=False)
         page.spec_html.click(on_token_click, {page.spec_events, page.step_state}, page.step_panel, concurrency_limit=None)
+        shown = [run, stepped, ended, export.wire_load(page)]  # after each, a new run (or step) is on screen
+        export.wire(page, shown)
+        replay.wire(page, shown)
+        present.wire(page, demo)
         # Stop only sets the flag; the run checks it after each step. It must not wait behind Generate.
         page.stop_button.click(lambda flag: flag.set(), page.stop, None, concurrency_limit=None)
         page.show_rejected.change(render.render_tokens, [page.spec_events, page.show_rejected], page.spec_html,
@@ -87,4 +91,4 @@ def build_demo() -> gr.Blocks:
 
 def launch_kwargs() -> dict:
     """Gradio 6 takes the theme and the css at launch(), not in Blocks()."""
-    return {"css_paths": [ASSETS / "style.css"], "theme": gr.themes.Soft()}
+    return {"css_paths": [ASSETS / "style.css"], "theme": gr.themes.Soft(), "js": present.PAGE_JS}

@@ -1,5 +1,5 @@
 """What the page shows for a run, as a dict of updates: the same function draws a live frame, a
-finished run, and (later) a replayed or reloaded one, so they cannot drift apart."""
+finished run, a replayed one and one loaded from a file, so they cannot drift apart."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ class RunView:
     lossy: list = field(default_factory=list)  # its StepEvents
     pair_name: str = ""
     one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
+    # What a saved record keeps besides the events (specdec.record): the prompt, the pair, the machine, when.
+    prompt: str = ""
+    pair: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
+    created: str = ""
 
 
 def badge(view: RunView) -> str | None:
@@ -80,6 +85,7 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
         page.stats: stats,
         page.spec_events: view.spec,
         page.plain_events: view.plain,
+        page.run_view: view,
     }
     if view.lossy_wanted:
         out[page.lossy_html] = render.render_tokens(view.lossy, False) if view.lossy else PENDING

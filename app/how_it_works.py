@@ -1,0 +1,91 @@
+"""The "How it works" tab: one step as a diagram (assets/how_it_works.svg), the two formulas the
+stats row uses with every symbol in plain words, and why the output is exactly the target's."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from .layout import ASSETS, Page
+
+DIAGRAM = (ASSETS / "how_it_works.svg").read_text(encoding="utf-8")
+
+STEP = """
+## One step, as drawn above
+
+Each step of speculative decoding runs the large **target** model once, however many tokens it
+yields:
+
+1. **Draft.** A small, fast **draft** model guesses the next K tokens, one quick pass each (or
+   prompt lookup copies them from earlier text, at almost no cost).
+2. **Verify.** The target scores the last token and the K guesses in **one** forward pass over
+   K + 1 positions. Its output at each position is its own choice for the next slot, so it
+   checks every guess at once.
+3. **Keep** the guesses up to the first one the target disagrees with (green, underlined); drop
+   that one and everything after it (red, struck through).
+4. **Add** one token of the target's own: at the first disagreement, its choice there (a
+   *correction*, amber, wavy underline); when all K were kept, its choice after the last guess (a
+   *bonus*, blue, double underline).
+
+So every step makes between 1 and K + 1 tokens for one target pass; plain decoding makes 1.
+"""
+
+FORMULAS = r"""
+## What to expect: the two formulas on the page
+
+The stats row's *predicted speedup* comes from Leviathan et al. (2023), with these symbols:
+
+- **a**, the *acceptance rate*: the chance that the target keeps a draft token. The page measures
+  it as accepted draft tokens / drafted tokens.
+- **K**, the *draft length*: how many tokens the draft guesses per step (the K slider).
+- **c**, the *cost ratio*: the time of one draft-model pass divided by the time of one target pass
+  (near 0 for prompt lookup). The page measures it from the run's own timings.
+
+**Expected tokens per target pass.** The first token of a step is always made (the target's
+own); the second only if the first guess was kept (chance a), the third if the first two were
+(a²), and so on up to K + 1:
+
+$$\text{tokens per pass} = 1 + a + a^2 + \dots + a^K = \frac{1 - a^{K+1}}{1 - a}$$
+
+**Expected speedup** over plain decoding. A step costs K draft passes (K·c, in units of one target
+pass) plus one target pass over K + 1 positions, taken to cost about as much as a plain decoding
+step (true on a GPU; on a CPU longer passes cost a little more):
+
+$$\text{speedup} = \frac{1 - a^{K+1}}{(1 - a)\,(K c + 1)}$$
+
+A high a pays off; a draft that is too slow (large c) or a K that is too long for the acceptance
+eats the gain. The formula assumes every guess is kept independently with the same chance a. Real
+acceptance comes in bursts (easy stretches of code are accepted whole, hard ones not at all), so
+the measured tokens per pass usually exceed the formula's; the page shows both, and the measured
+speedup is the one that counts.
+"""
+
+EXACT = """
+## Why the output is exactly the target's
+
+**Greedy** (temperature 0). Plain decoding picks the target's most likely token at every position.
+A guess is kept only if it *is* that token, given the same text before it, and the token added
+after the kept guesses is the target's most likely one there. So every token shown is the one plain
+decoding would have picked, in the same order: the text is identical, made in fewer target passes.
+The one caveat is arithmetic: scoring K + 1 positions in one pass adds numbers in another order
+than K + 1 single passes, so where the target's top two choices are nearly tied (a top-2 logit
+margin near 0, more often in bf16) a token can flip. The badge under the panes then says where
+the two runs first differ and how close that tie was.
+
+**Sampling** (temperature above 0). The target's distribution p and the draft's q are both known
+at every guessed position. A guess x is kept with probability min(1, p(x) / q(x)); when it is
+turned down, the replacement is drawn from what p has left over, max(0, p − q) renormalised. This
+rejection-sampling rule (Leviathan et al. 2023; Chen et al. 2023) makes every token follow p
+exactly, whatever the draft proposed: the draft changes how fast the text comes, never which text
+is likely. Two sampled runs use their random numbers differently, so their texts differ from each
+other while both follow the target's distribution; the project's tests check that with a
+chi-square test.
+"""
+
+
+def section(page: Page) -> None:
+    with gr.Tab("How it works", id="how-it-works", elem_id="how-it-works"):
+        page.diagram = gr.HTML(f'<figure class="how-diagram">{DIAGRAM}</figure>', elem_id="how-diagram")
+        gr.Markdown(STEP, elem_classes="how-text")
+        gr.Markdown(FORMULAS, elem_classes="how-text",
+                    latex_delimiters=[{"left": "$$", "right": "$$", "display": True}])
+        gr.Markdown(EXACT, elem_classes="how-text")
