@@ -29,7 +29,8 @@ def section(page: Page) -> None:
 
 def record_of(view: RunView) -> RunRecord:
     return RunRecord(prompt=view.prompt, config=view.config, pair=view.pair, machine=view.machine,
-                     spec=list(view.spec), plain=list(view.plain), stopped=view.stopped, created=view.created)
+                     spec=list(view.spec), plain=list(view.plain), stopped=view.stopped, created=view.created,
+                     one_token_pass_s=view.one_token_pass_s)
 
 
 def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
@@ -38,7 +39,8 @@ def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
     status = f"Loaded from a file: {where}, recorded {record.created or 'at an unknown time'} on {machine.get('cpu', 'an unknown machine')}"
     return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, spec=list(record.spec),
                    plain=list(record.plain), finished=True, stopped=record.stopped, show_rejected=show_rejected,
-                   prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created)
+                   prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created,
+                   pair_name=pair.get("name", ""), one_token_pass_s=record.one_token_pass_s)
 
 
 def files(view: RunView | None) -> dict:

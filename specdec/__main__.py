@@ -41,6 +41,17 @@ def cmd_generate(args) -> int:
         raise ValueError("generate runs one draft variant; --draft-variant takes one name here")
     config = generation_config(args, variants[0])
     result = compare_runs(pair, args.prompt, config, chat=args.chat, with_plain=args.compare, with_plain_int4=args.plain_int4)
+    if args.record:
+        from .metrics import FROM_ONE_TOKEN_PASS
+        from .record import RunRecord, machine_info, now_utc, pair_info, to_json
+
+        timed_after = result.spec.decode_step_from == FROM_ONE_TOKEN_PASS  # no plain run: the step timed after it
+
+        record = RunRecord(prompt=args.prompt, config=config, pair=pair_info(pair), machine=machine_info(pair),
+                           spec=result.spec_events, plain=result.plain_events or [], created=now_utc(),
+                           one_token_pass_s=result.spec.decode_step_s if timed_after else None)
+        with open(args.record, "w", encoding="utf-8") as f:
+            f.write(to_json(record))
     if args.json:
         print(json.dumps(result.as_json(), ensure_ascii=False))
         return 0
@@ -76,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--compare", action="store_true", help="also run plain decoding and compare outputs and speed")
     g.add_argument("--plain-int4", action="store_true", help="also run plain decoding with an int4-quantized target (lossy) and say where it departs")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--record", metavar="PATH", help="also write the run record (JSON) that the app's 'Load a run' shows")
     g.set_defaults(func=cmd_generate)
     sub.add_parser("prepare", help="assemble, verify and convert the embedded offline pair (cached)").set_defaults(func=cmd_prepare)
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")

@@ -21,7 +21,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from .compare import first_difference
 from .config import GenerationConfig
 from .events import StepEvent, check_invariants
-from .metrics import summarize
+from .metrics import summarize, summarize_runs
 
 FORMAT = "specdec-run"  # the "format" field: what kind of file this is
 VERSION = 1  # the "version" field: bumped whenever a field changes meaning or is removed
@@ -60,10 +60,11 @@ class RunRecord:
     plain: list[StepEvent] = field(default_factory=list)  # empty when the run was not compared
     stopped: bool = False  # stopped by the user before the end
     created: str = ""  # UTC time of the run, ISO 8601
+    one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
 
     def metrics(self) -> dict:
         """What the page's stats row shows, per run; the comparison only for two complete runs."""
-        spec = summarize(self.spec)
+        spec = summarize_runs(self.spec, self.plain, self.one_token_pass_s)  # c in the plain run's decode steps
         plain = summarize(self.plain) if self.plain else None
         out = {"speculative": spec.as_dict(), "plain": plain.as_dict() if plain else None,
                "speedup": None, "identical_to_plain": None, "first_difference": None}
@@ -122,6 +123,7 @@ def to_dict(record: RunRecord) -> dict:
         "pair": record.pair,
         "machine": record.machine,
         "stopped": record.stopped,
+        "one_token_pass_s": record.one_token_pass_s,
         "runs": {"speculative": [_event_dict(e) for e in record.spec], "plain": [_event_dict(e) for e in record.plain]},
         "metrics": record.metrics(),
     }
@@ -169,9 +171,12 @@ def from_json(text: str | bytes) -> RunRecord:
     if any(e.drafted for e in lanes["plain"]):
         raise RecordError("runs.plain: plain decoding drafts nothing, but a step has drafted tokens")
     created = data.get("created", "")
+    one_token_pass_s = data.get("one_token_pass_s")  # optional: absent in files written before it was kept
+    if one_token_pass_s is not None and not (_is(one_token_pass_s, float) and one_token_pass_s > 0):
+        raise RecordError(f"one_token_pass_s: expected a positive number or null, got {_shown(one_token_pass_s)}")
     return RunRecord(prompt=data["prompt"], config=config, pair=data["pair"], machine=data["machine"],
                      spec=lanes["speculative"], plain=lanes["plain"], stopped=data["stopped"],
-                     created=created if isinstance(created, str) else "")
+                     created=created if isinstance(created, str) else "", one_token_pass_s=one_token_pass_s)
 
 
 def _config(settings: dict) -> GenerationConfig:

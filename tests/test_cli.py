@@ -41,3 +41,17 @@ def test_status_line_names_the_variant(capsys):
 def test_bad_variant_exits_2(capsys):
     assert main(["generate", "--pair", "tiny-random", "--prompt", "x", "--draft-variant", "int2"]) == 2
     assert "draft_variant must be one of" in capsys.readouterr().err
+
+
+def test_generate_writes_a_run_record_the_app_can_load(capsys, tmp_path):
+    from specdec.record import from_json
+
+    path = tmp_path / "run.json"
+    argv = ["generate", "--pair", "tiny-random", "--dtype", "fp32", "--prompt", "def f(x):", "--max-new-tokens", "16",
+            "--compare", "--json", "--record", str(path)]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    record = from_json(path.read_text(encoding="utf-8"))
+    assert [t for e in record.spec for t in e.emitted] == out["tokens"]
+    assert [t for e in record.plain for t in e.emitted] == out["plain"]["tokens"]
+    assert record.prompt == "def f(x):" and record.pair["dtype"] == "fp32"

@@ -51,6 +51,16 @@ def test_json_round_trip_gives_back_the_same_run(record):
     assert rec.to_json(back) == text
 
 
+def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):
+    alone = replace(record, plain=[], one_token_pass_s=0.01)
+    back = rec.from_json(rec.to_json(alone))
+    assert back.one_token_pass_s == 0.01
+    from specdec.metrics import summarize_runs
+
+    assert back.metrics()["speculative"] == summarize_runs(record.spec, None, 0.01).as_dict()  # what the page showed
+    assert back.metrics()["speculative"]["cost_ratio_c"] is not None
+
+
 def test_a_reloaded_run_draws_the_same_html_and_figures(record, page):
     from app.export import record_of, view_of
     from app.view import RunView, frame
@@ -137,6 +147,8 @@ BAD = [
     ("unknown setting", lambda r: _edited(r, _set(["settings", "turbo"], True)), "settings: unknown field 'turbo'"),
     ("plain that drafts", lambda r: _edited(r, _set(["runs", "plain"], json.loads(rec.to_json(r))["runs"]["speculative"])),
      "runs.plain: plain decoding drafts nothing"),
+    ("bad decode step", lambda r: _edited(r, _set(["one_token_pass_s"], -1)),
+     "one_token_pass_s: expected a positive number or null, got -1"),
 ]
 
 
