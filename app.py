@@ -35,12 +35,13 @@ if __name__ == "__main__":
     if os.environ.get("SPECDEC_PRELOAD", "1") == "1":
         # Load the default pair before the first visitor arrives (shared by every session afterwards).
         try:
+            from specdec import torch_thread
             from specdec.variants import default_variant, draft_model
 
             pair = store.get(store.default)
             variant = default_variant(pair.name, pair.device)
-            if pair.draft is not None:
-                draft_model(pair, variant)  # the default draft variant too: from its disk cache, or built once
+            if pair.draft is not None:  # the default draft variant too: from its disk cache, or built once
+                torch_thread.call(draft_model, pair, variant)  # where every run will use it (torch_thread says why)
             print(f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}, draft variant {variant}")
         except ValueError as err:  # the page says the same to each visitor who asks for it; other pairs still serve
             print(f"error: {err}")

@@ -1,22 +1,24 @@
-"""A live run: read the settings, stream the speculative run then the plain run, one frame at a time.
+"""A live run: read the settings, stream the speculative run then the plain run, a frame at a time,
+no more often than the page can afford.
 
 The GPU work is `stream_events`, a generator with plain arguments and results: on a ZeroGPU Space
 `spaces.GPU` runs it in a worker process (arguments and events are pickled across), asking for a
-duration computed from the request. Everything that touches the page stays in `live_run`, which
-reads the events, ends the run between two steps when Stop is pressed or the visitor leaves
-(closing the stream ends the worker's generator too), and frees the pair only when it is done.
+duration computed from the request. It runs on the process's torch thread (specdec.torch_thread). Everything that
+touches the page stays in `live_run`, which reads the events, ends the run between two steps when
+Stop is pressed or the visitor leaves (closing the stream ends the worker's generator too), and
+frees the pair only when the torch thread has left the run.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import replace
 
 import gradio as gr
 
-from specdec import gpu_budget
+from specdec import gpu_budget, torch_thread
 from specdec.config import GenerationConfig
 from specdec.engine import generate
 from specdec.pairs import shared_store
@@ -28,8 +30,12 @@ from . import theory
 from .layout import Page, StopFlag
 from .view import RunView, frame
 
-HTML_EVERY_S = 0.1  # redraw the token panes at most this often (every step on a CPU)
-PLOT_EVERY_S = 0.3  # plots are heavier for the browser: redraw less often
+# The browser draws each frame on the cores the engine runs on (measured with headless chromium on
+# 2 cores, docs/app_speed.md): about 20 ms of CPU per frame of the panes and stats, 75 ms more to
+# redraw the three plots, and about 5% of a core for an open Gradio page doing nothing.
+HTML_EVERY_S = 0.5  # so the token panes are redrawn at most twice a second
+PLOT_EVERY_S = 10.0  # and the plots every 10 s while a run streams, and when each run ends
+BUDGET = 0.02  # each kind of frame may also take at most this share of the run's time on the server (see Throttle)
 
 try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
     import spaces
@@ -118,20 +124,38 @@ def stop_session(session_hash: str | None) -> None:
 
 
 class Throttle:
-    """Says when a frame is due: token panes at most every HTML_EVERY_S, plots every PLOT_EVERY_S."""
+    """Says when a frame is due, so that the page does not slow the engine it measures.
+
+    A frame costs CPU time on the cores the engine runs on: building it, and Gradio sending it,
+    until the handler is asked for the next one. That cost is measured, and the next frame of the
+    same kind waits until it is at most BUDGET of the time since the last one, and never comes sooner
+    than HTML_EVERY_S (panes) or PLOT_EVERY_S (plots) after it: the browser's own drawing, on the
+    same cores, is not seen from here. A frame that costs more than these floors allow (three
+    figures of a long run) pushes the next one further out."""
 
     def __init__(self):
-        self.last_html = self.last_plot = 0.0
+        self.last_html = self.last_plot = float("-inf")  # the first frame is due at once
+        self.html_cost = self.plot_cost = 0.0
+        self.plots_now = False  # set when a run ends: its plots are drawn in the next frame
+        self.spec_ended = False  # the speculative run has ended (the next lane has begun)
 
     def due(self) -> tuple[bool, bool]:
+        """(panes due, plots due); plots are only ever drawn with the panes."""
         now = time.monotonic()
-        if now - self.last_html < HTML_EVERY_S:
+        if now - self.last_html < max(HTML_EVERY_S, self.html_cost / BUDGET):
             return False, False
         self.last_html = now
-        plots = now - self.last_plot >= PLOT_EVERY_S
+        plots = self.plots_now or now - self.last_plot >= max(PLOT_EVERY_S, self.plot_cost / BUDGET)
         if plots:
-            self.last_plot = now
+            self.last_plot, self.plots_now = now, False
         return True, plots
+
+    def spent(self, seconds: float, plots: bool) -> None:
+        """What the last frame cost, from building it until Gradio asked for the next."""
+        if plots:
+            self.plot_cost = seconds
+        else:
+            self.html_cost = seconds
 
 
 def live_run(page: Page, values: dict, progress: gr.Progress, session: str | None = None):
@@ -160,22 +184,49 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             held.callback(_running.pop, session, None)
 
         view = new_view(pair, config, show_rejected, prompt, lossy_wanted=plain_int4)
-        throttle = Throttle()
-        stream = held.enter_context(closing(stream_events(pair.name, prompt, config, compare, plain_int4)))
-        for which, event in stream:
-            if which == "decode_step":
-                view.one_token_pass_s = event
-                continue
-            {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[which].append(event)
-            if stop.is_set():  # checked after every step: Stop, or the visitor's tab closed
-                break
-            html, plots = throttle.due()
-            if html:
-                yield frame(page, view, plots=plots)
+        engine = torch_thread.Stream(stream_events(pair.name, prompt, config, compare, plain_int4), stop)
+        held.callback(engine.join)  # before the pair is released: the engine may be inside a step
+        throttle, pending, done, first = Throttle(), False, False, True
+        try:
+            while not done:
+                for lane, item in engine.take(timeout=HTML_EVERY_S if pending else 1.0):
+                    if lane == "error":
+                        raise item
+                    if lane == "done":
+                        done = True
+                    elif lane == "decode_step":
+                        view.one_token_pass_s = item
+                    else:
+                        if lane != "spec" and not throttle.spec_ended:  # the speculative run's charts, whole, now
+                            throttle.spec_ended = throttle.plots_now = True
+                        {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[lane].append(item)
+                        pending = True
+                if pending and not done:
+                    html, plots = throttle.due()
+                    if html:
+                        started = time.perf_counter()
+                        yield streaming_frame(page, view, plots=plots, first=first)
+                        first = False
+                        throttle.spent(time.perf_counter() - started, plots)  # runs when Gradio asks for the next frame
+                        pending = False
+        finally:
+            if not done:  # Stop, the page went away (Gradio closed this generator), or the engine failed
+                stop.set()
         view.finished, view.stopped = True, stop.is_set()
         if not view.stopped:
             gpu_budget.record(pair.name, config, view.spec, view.plain)
         yield last_frame(page, values, view)
+
+
+def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> dict:
+    """A frame while the run streams: only what changes. The browser redraws every component it is
+    sent, on the cores the engine runs on, so the status line (the same all run), the predictions
+    (they wait for the end) and the per-session state go in the first frame and the last only."""
+    out = frame(page, view, plots=plots)
+    if not first:
+        for unchanged in (page.status, page.predictions, *page.run_states()):
+            out.pop(unchanged, None)
+    return out
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import gradio as gr
 
+from specdec import torch_thread
 from specdec.detail import explain
 from specdec.engine import generate
 from specdec.pairs import shared_store
@@ -28,7 +29,8 @@ def _key(page, values: dict, config) -> tuple:
 
 def _start(page, values: dict, session, pair, config) -> None:
     """A new held run with the current settings (ValueError names a bad one)."""
-    decoding = generate(pair, values[page.prompt], config, stop=values[page.stop], detail=True)
+    # On the torch thread: building the run builds its draft variant too (torch_thread says why).
+    decoding = torch_thread.call(generate, pair, values[page.prompt], config, stop=values[page.stop], detail=True)
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
     session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])
@@ -52,7 +54,7 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
                 if not _held(page, values, session, pair, config):
                     _start(page, values, session, pair, config)
                 values[page.stop].clear()
-                event = next(session.events, None)
+                event = torch_thread.call(next, session.events, None)  # one step, on the torch thread
         except ValueError as err:
             gr.Warning(str(err))
             return {page.status: f"Not started: {err}"}
@@ -88,13 +90,13 @@ def run_to_end(page, values: dict, progress: gr.Progress):
         stop = values[page.stop]
         stop.clear()
         view, throttle = session.view, live.Throttle()
-        yield from _stream(page, view, view.spec, session.events, throttle)
+        yield from _stream(page, view, view.spec, torch_thread.iterate(session.events), throttle)
         session.ended = True
         if values[page.compare] and not stop.is_set():
-            plain_run = generate(pair, session.prompt, replace(config, drafter="none"), stop=stop)  # nothing drafted
-            yield from _stream(page, view, view.plain, plain_run, throttle)
+            plain_run = torch_thread.call(generate, pair, session.prompt, replace(config, drafter="none"), stop=stop)  # nothing drafted
+            yield from _stream(page, view, view.plain, torch_thread.iterate(iter(plain_run)), throttle)
         elif view.spec and not stop.is_set():
-            view.one_token_pass_s = one_token_pass_s(session.decoding)  # the decode step c and the verify cost count in
+            view.one_token_pass_s = torch_thread.call(one_token_pass_s, session.decoding)  # the decode step c and the verify cost count in
         view.finished, view.stopped = True, stop.is_set()
         yield live.last_frame(page, values, view)
 

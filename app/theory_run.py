@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import passcost
+from specdec import passcost, torch_thread
 from specdec.engine import generate
 from specdec.metrics import summarize
 from specdec.pairs import shared_store
@@ -32,7 +32,7 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
         with store.acquire(store.check_offered(values[page.pair]), progress=lambda f, msg: progress(f, desc=msg)) as pair:
             ids = pair.encode_prompt(values[page.prompt], chat=pair.chat, max_new_tokens=passcost.SIZES[-1])
             key = (pair.name, pair.dtype_name)
-            theory.PASS_COSTS[key] = passcost.measure(pair, ids)
+            theory.PASS_COSTS[key] = torch_thread.call(passcost.measure, pair, ids)
     except ValueError as err:
         return {page.theory_status: f"Not measured: {err}"}
     _forget_other_pair(session, key)
@@ -55,9 +55,9 @@ def sweep(page, values: dict, progress: gr.Progress):
             _forget_other_pair(session, (pair.name, pair.dtype_name))
             session.sweep = []
             yield {page.theory_status: f"Sweep K on {pair.name}: plain decoding first (the reference for every point)\u2026"}
-            plain_events = list(generate(pair, prompt, replace(config, drafter="none"), stop=stop))
+            plain_events = torch_thread.call(lambda: list(generate(pair, prompt, replace(config, drafter="none"), stop=stop)))
             plain = summarize(plain_events)
-            for point in sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop):
+            for point in torch_thread.iterate(sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop)):
                 session.sweep.append(point)
                 if session.metrics is None and point.k >= min(config.k, SWEEP_KS[-1]):  # no run yet: the curves need one
                     session.metrics, session.k, session.speedup = point.metrics, point.k, point.speedup

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import bundle
+from . import bundle, torch_thread
 from .config import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
 from .models import DTYPES, ModelPair, Progress, build_pair, pick_device, pick_dtype
 
@@ -205,7 +205,8 @@ class PairStore:
             if name != self.default:  # the operator's own choice is loaded as asked; extras must fit
                 self._make_room(name)
             try:
-                pair = self._build(name, device=self.device, dtype=self.dtype, progress=progress)
+                # On the torch thread: a load run here would give this thread a second OpenMP team (torch_thread).
+                pair = torch_thread.call(self._build, name, device=self.device, dtype=self.dtype, progress=progress)
             except PairUnavailable:
                 raise
             except Exception as err:  # any failure to load is a message for the visitor, not a crash

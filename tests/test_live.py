@@ -1,0 +1,100 @@
+"""app.live: a live run on tiny-random, driven as Gradio drives it: both runs run on the process's
+torch thread, the frames show what they produced, and closing the page stops them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import gradio as gr
+import pytest
+
+from app import live
+from app.layout import StopFlag
+from app.render import render_spans
+from specdec import gpu_budget, pairs, torch_thread
+from specdec.config import GenerationConfig
+from specdec.pairs import Offer, PairStore
+from tests.conftest import run_checked, tokens
+
+
+@pytest.fixture(scope="module")
+def page():
+    from app.layout import build_layout
+
+    with gr.Blocks():
+        return build_layout("tiny-random", pairs=("tiny-random",))
+
+
+@pytest.fixture(autouse=True)
+def fp32_store(monkeypatch):
+    """The app's shared store holding tiny-random in fp32, whatever the CPU would choose; the pass
+    costs these runs measure stay here (other tests assume none were measured)."""
+    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+
+
+def settings(page, **overrides) -> dict:
+    values = {page.prompt: "def add(a, b):", page.pair: "tiny-random", page.drafter: "model", page.k: 4,
+              page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 48,
+              page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16",
+              page.plain_int4: False, page.pause: False, page.stop: StopFlag()}
+    values.update({getattr(page, k): v for k, v in overrides.items()})
+    return values
+
+
+def no_progress(*args, **kwargs):
+    pass
+
+
+def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_thread(page, monkeypatch, tiny_pair):
+    threads = []
+    real_generate = live.generate
+
+    def recording_generate(*args, **kwargs):
+        for event in real_generate(*args, **kwargs):
+            threads.append(threading.get_ident())
+            yield event
+
+    monkeypatch.setattr(live, "generate", recording_generate)
+    frames = list(live.live_run(page, settings(page), no_progress))
+    last = frames[-1][page.run_view]
+    config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
+    assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
+    assert tokens(last.plain) == tokens(run_checked(tiny_pair, "def add(a, b):", replace(config, drafter="none")))
+    assert last.finished and not last.stopped
+    assert frames[-1][page.spec_html] == render_spans(last.spec)
+    assert "identical to plain decoding" in frames[-1][page.stats]
+    assert len(threads) == len(last.spec) + len(last.plain)
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()  # one thread, not the page's:
+    assert torch_thread.call(threading.get_ident) == threads[0]  # the torch thread
+
+
+def test_stop_ends_the_run_between_two_steps(page):
+    values = settings(page, max_new=1024)
+    frames = live.live_run(page, values, no_progress)
+    first = next(frames)
+    assert first[page.spec_html]
+    values[page.stop].set()
+    last = list(frames)[-1][page.run_view]
+    assert last.stopped and len(tokens(last.spec)) < 1024 and not last.plain
+
+
+def test_closing_the_page_stops_the_engine_before_the_pair_is_released(page):
+    values = settings(page, max_new=1024)
+    frames = live.live_run(page, values, no_progress)
+    next(frames)
+    frames.close()  # what Gradio does when the browser goes away
+    assert values[page.stop].is_set()
+    assert pairs.shared_store()._in_use["tiny-random"] == 0  # the run let go of the pair...
+    assert torch_thread.submit(lambda: True).result(timeout=1)  # ...after the torch thread had left it
+
+
+def test_an_engine_error_reaches_the_page(page, monkeypatch):
+    def failing(*args, **kwargs):
+        yield from ()
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(live, "generate", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        list(live.live_run(page, settings(page), no_progress))
