@@ -22,7 +22,10 @@ from . import charts, render, step_panel, theory
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
-PENDING = '<div class="tokens"></div>'
+PENDING = ""  # a token pane with no spans yet
+# A token pane draws its spans itself (assets/tokens_pane.js): new spans are added, not the pane redrawn.
+TOKENS_TEMPLATE = '<div class="tokens"></div>'
+TOKENS_JS = (ASSETS / "tokens_pane.js").read_text()
 INTRO = (
     "# Speculative decoding, seen live\n"
     "A small draft model guesses the next K tokens; the large target model checks all of them in one "
@@ -127,16 +130,16 @@ def panes(page: Page) -> None:
     with gr.Row():
         with gr.Column():
             gr.HTML('<div class="pane-title spec">Speculative decoding</div>')
-            page.spec_html = gr.HTML(PENDING, elem_id="spec-pane")
+            page.spec_html = gr.HTML(PENDING, html_template=TOKENS_TEMPLATE, js_on_load=TOKENS_JS, elem_id="spec-pane")
         with gr.Column():
             gr.HTML('<div class="pane-title">Plain decoding (same target)</div>')
-            page.plain_html = gr.HTML(PENDING, elem_id="plain-pane")
+            page.plain_html = gr.HTML(PENDING, html_template=TOKENS_TEMPLATE, js_on_load=TOKENS_JS, elem_id="plain-pane")
     page.stats = gr.HTML(elem_id="stats")
     # The lossy alternative: faster, and different text (shown only when its checkbox is on).
     with gr.Column(visible=False) as page.lossy_lane:
         gr.HTML('<div class="pane-title">Plain decoding, int4-quantized target (lossy: not the target\'s text)</div>')
         page.lossy_note = gr.HTML(elem_id="lossy-note")
-        page.lossy_html = gr.HTML(PENDING, elem_id="lossy-pane")
+        page.lossy_html = gr.HTML(TOKENS_TEMPLATE, elem_id="lossy-pane")  # drawn whole (render_tokens), once at the end
 
 
 def plots(page: Page) -> None:

@@ -23,27 +23,6 @@ INIT_JS = """() => {
   return [lecture, document.body.classList.contains('dark')];
 }"""
 
-# Runs once when the page loads (launch(js=...)): keep the newest tokens of a pane in view as the
-# pane grows, unless the reader has scrolled up in it. A pane's HTML may be replaced on any frame,
-# so whether to follow is remembered per pane (by its component's id), from scroll events.
-PAGE_JS = """() => {
-  const follow = new Map();
-  document.addEventListener('scroll', (e) => {
-    const pane = e.target.closest ? e.target.closest('.tokens') : null;
-    const host = pane && pane.closest('[id]');
-    if (host) follow.set(host.id, pane.scrollHeight - pane.scrollTop - pane.clientHeight < 24);
-  }, true);
-  const scroll = () => {
-    for (const pane of document.querySelectorAll('.tokens')) {
-      const host = pane.closest('[id]');
-      if (host && follow.get(host.id) !== false) pane.scrollTop = pane.scrollHeight;
-    }
-  };
-  new MutationObserver(scroll).observe(document.body, {childList: true, subtree: true});
-  // The lecture-hall view re-flows the panes: follow again when it is switched.
-  new MutationObserver(scroll).observe(document.body, {attributes: true, attributeFilter: ['class']});
-}"""
-
 
 def header(page: Page) -> None:
     """The legend (what each colour and line means) and the two switches, on one row."""

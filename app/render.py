@@ -66,10 +66,14 @@ def render_event(event: StepEvent, show_rejected: bool = True) -> str:
     return "".join(parts)
 
 
+def render_spans(events: Iterable[StepEvent], show_rejected: bool = True) -> str:
+    """All steps' spans, unwrapped: the value of a token pane (its template adds the block around them)."""
+    return "".join(render_event(e, show_rejected) for e in events)
+
+
 def render_tokens(events: Iterable[StepEvent], show_rejected: bool = True) -> str:
     """All steps as one pre-wrapped block of coloured spans."""
-    body = "".join(render_event(e, show_rejected) for e in events)
-    return f'<div class="tokens">{body}</div>'
+    return f'<div class="tokens">{render_spans(events, show_rejected)}</div>'
 
 
 def render_legend() -> str:

@@ -72,7 +72,8 @@ def _at(page: Page, view: RunView, pos: Position, status: str, *, plots: bool) -
     """The frame of `view` at `pos`: the same drawing as a live frame, of the steps shown by then."""
     done = pos.spec == len(view.spec) and pos.plain == len(view.plain)
     part = replace(view, spec=view.spec[: pos.spec], plain=view.plain[: pos.plain], finished=done,
-                   stopped=view.stopped and done, status=status)
+                   stopped=view.stopped and done, status=status,
+                   lossy=view.lossy if done else [])  # the lossy lane ran after both: it is not on the clock
     out = {k: v for k, v in frame(page, part, plots=plots).items() if k not in page.run_states()}
     out[page.replay_step] = pos.spec
     return out
@@ -169,6 +170,10 @@ def wire(page: Page, shown: list) -> None:
                              show_progress="hidden")
     page.replay_step.release(lambda values: scrub(page, values), {page.run_view, page.replay_control, page.replay_step},
                              outputs(page), concurrency_limit=None, show_progress="hidden")
+    # A new run on screen ends a replay at once (it would draw the old run over the new one) ...
+    for trigger in (page.generate.click, page.load_run.upload):
+        trigger(pause, page.replay_control, None, concurrency_limit=None, show_progress="hidden")
+    # ... and once it is there, the slider spans its steps.
     for event in shown:
         event.then(lambda values: rewind(page, values), {page.run_view, page.replay_control}, [page.replay_step],
                    show_progress="hidden")

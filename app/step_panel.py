@@ -75,7 +75,7 @@ class StepSession:
 def section(page) -> None:
     """The Step and Run to end buttons and the panel, under the token panes."""
     page.step_state = gr.State(StepSession(), delete_callback=lambda session: session.close())
-    page.spec_html.js_on_load = TOKEN_CLICK_JS  # clicks on tokens open their step here
+    page.spec_html.js_on_load = (page.spec_html.js_on_load or "") + TOKEN_CLICK_JS  # clicks on tokens open their step here
     held_here = not gpu_budget.on_zero_gpu()  # on ZeroGPU each GPU call runs in a worker: nothing holds a run between clicks
     with gr.Row():
         page.step_button = gr.Button("Step", elem_id="step", size="sm", interactive=held_here)

@@ -80,8 +80,9 @@ def build_demo() -> gr.Blocks:
         present.wire(page, demo)
         # Stop only sets the flag; the run checks it after each step. It must not wait behind Generate.
         page.stop_button.click(lambda flag: flag.set(), page.stop, None, concurrency_limit=None)
-        page.show_rejected.change(render.render_tokens, [page.spec_events, page.show_rejected], page.spec_html,
+        page.show_rejected.change(render.render_spans, [page.spec_events, page.show_rejected], page.spec_html,
                                   concurrency_limit=None)
+
         def on_unload(request: gr.Request):  # a closed tab ends its run before the next step
             stop_session(request.session_hash)
 
@@ -91,4 +92,4 @@ def build_demo() -> gr.Blocks:
 
 def launch_kwargs() -> dict:
     """Gradio 6 takes the theme and the css at launch(), not in Blocks()."""
-    return {"css_paths": [ASSETS / "style.css"], "theme": gr.themes.Soft(), "js": present.PAGE_JS}
+    return {"css_paths": [ASSETS / "style.css"], "theme": gr.themes.Soft()}

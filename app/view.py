@@ -80,15 +80,15 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     out = {
         page.predictions: theory.render_predictions(spec, plain, view.finished),
         page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
-        page.spec_html: render.render_tokens(view.spec, view.show_rejected),
-        page.plain_html: render.render_tokens(view.plain, False) if view.plain else PENDING,
+        page.spec_html: render.render_spans(view.spec, view.show_rejected),
+        page.plain_html: render.render_spans(view.plain, False) if view.plain else PENDING,
         page.stats: stats,
         page.spec_events: view.spec,
         page.plain_events: view.plain,
         page.run_view: view,
     }
     if view.lossy_wanted:
-        out[page.lossy_html] = render.render_tokens(view.lossy, False) if view.lossy else PENDING
+        out[page.lossy_html] = render.render_tokens(view.lossy, False)
         out[page.lossy_note] = lossy_note(view)
     if plots:
         out[page.acc_plot] = charts.acceptance_figure(view.spec)

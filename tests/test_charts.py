@@ -78,3 +78,13 @@ def test_empty_figures_have_titles_and_no_points(build):
     assert fig.layout.title.text and fig.layout.height == HEIGHT
     assert all(len(trace.y or ()) == 0 for trace in fig.data)
     fig.to_json()  # serialisable for gr.Plot
+
+
+@pytest.mark.parametrize("build", [acceptance_figure, lambda e: throughput_figure(e, e), tokens_per_pass_figure])
+def test_figures_are_valid_plotly_although_built_without_validation(build, spec_events):
+    import plotly.graph_objects as go
+
+    fig = build(spec_events)
+    checked = go.Figure(fig.to_plotly_json())  # the validating constructor raises on a misspelt property
+    assert checked.to_plotly_json() == fig.to_plotly_json()
+    assert fig.layout.yaxis.title.text and fig.layout.uirevision == "keep"

@@ -8,7 +8,7 @@ from dataclasses import replace
 import gradio as gr
 import pytest
 
-from app.render import render_tokens
+from app.render import render_spans
 from specdec import replay
 from specdec.events import BONUS, CORRECTION, PLAIN
 from tests.test_render import make_events
@@ -113,8 +113,8 @@ def test_each_replay_frame_shows_the_events_whose_recorded_time_has_passed(page,
         n_spec, n_plain = passed(SPEC_TIMES, t), passed(PLAIN_TIMES, t)
         if page.spec_html in out:
             drawn += 1
-            assert out[page.spec_html] == render_tokens(SPEC[:n_spec]), t
-            assert out[page.plain_html] == (render_tokens(PLAIN_RUN[:n_plain], False) if n_plain else out[page.plain_html])
+            assert out[page.spec_html] == render_spans(SPEC[:n_spec]), t
+            assert out[page.plain_html] == (render_spans(PLAIN_RUN[:n_plain], False) if n_plain else out[page.plain_html])
             assert out[page.replay_step] == n_spec
         assert f"Replay at {speed:g}x: {t:.1f} s of 3.6 s" in out[page.status]
     assert drawn >= len(set(SPEC_TIMES) | set(PLAIN_TIMES))  # a frame for every moment something happened
@@ -148,11 +148,11 @@ def test_scrub_shows_exactly_n_steps_and_stops_a_replay(page):
     for n in range(len(SPEC) + 1):
         out = app_replay.scrub(page, {page.run_view: view, page.replay_control: control, page.replay_step: n})
         assert not control.is_playing(token)
-        assert out[page.spec_html] == render_tokens(SPEC[:n])
+        assert out[page.spec_html] == render_spans(SPEC[:n])
         t = SPEC_TIMES[n - 1] if n else 0.0
         shown_plain = passed(PLAIN_TIMES, t)
         if shown_plain:
-            assert out[page.plain_html] == render_tokens(PLAIN_RUN[:shown_plain], False)
+            assert out[page.plain_html] == render_spans(PLAIN_RUN[:shown_plain], False)
         assert f"step {n} of {len(SPEC)} speculative" in out[page.status]
         assert not set(out) & set(page.run_states())  # a replay frame never replaces the run it replays
 
