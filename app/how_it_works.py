@@ -1,5 +1,5 @@
-"""The "How it works" tab: one step as a diagram (assets/how_it_works.svg), the two formulas the
-stats row uses with every symbol in plain words, and why the output is exactly the target's."""
+"""The "How it works" tab: one step as a diagram (assets/how_it_works.svg), the formulas behind
+the page's predictions with every symbol in plain words, and why the output is exactly the target's."""
 
 from __future__ import annotations
 
@@ -30,34 +30,43 @@ So every step makes between 1 and K + 1 tokens for one target pass; plain decodi
 """
 
 FORMULAS = r"""
-## What to expect: the two formulas on the page
+## What to expect: the formulas behind the predictions
 
-The stats row's *predicted speedup* comes from Leviathan et al. (2023), with these symbols:
+The page predicts the speedup three ways (under the panes, and on the Theory tab), from
+Leviathan et al. (2023) and from what the run measured. The symbols:
 
-- **a**, the *acceptance rate*: the chance that the target keeps a draft token. The page measures
-  it as accepted draft tokens / drafted tokens.
+- **α**, the *per-token acceptance*: the chance that the target keeps one draft token, given that
+  the ones before it were kept. The page estimates it as accepted draft tokens / (accepted draft
+  tokens + steps that rejected one), because a step checks its guesses in order and stops at the
+  first wrong one. The share of drafted tokens accepted is shown beside it and is lower: the
+  guesses after a rejected one are thrown away without being judged.
 - **K**, the *draft length*: how many tokens the draft guesses per step (the K slider).
-- **c**, the *cost ratio*: the time of one draft-model pass divided by the time of one target pass
-  (near 0 for prompt lookup). The page measures it from the run's own timings.
+- **c**, the *draft cost*: the time of one draft pass divided by one plain decoding step of the
+  target (near 0 for prompt lookup, which copies from the prompt).
+- **v**, the *verify cost*: the time of one target pass over K + 1 positions, in plain decoding
+  steps. Where decoding is limited by reading the weights from memory (a GPU, bf16 on a CPU with
+  native bf16) it is close to 1; where it is limited by arithmetic (fp32 on a 2-core CPU) it is
+  1.5 to 3.
 
 **Expected tokens per target pass.** The first token of a step is always made (the target's
-own); the second only if the first guess was kept (chance a), the third if the first two were
-(a²), and so on up to K + 1:
+own); the second only if the first guess was kept (chance α), the third if the first two were
+(α²), and so on up to K + 1:
 
-$$\text{tokens per pass} = 1 + a + a^2 + \dots + a^K = \frac{1 - a^{K+1}}{1 - a}$$
+$$\text{tokens per pass} = 1 + \alpha + \alpha^2 + \dots + \alpha^K = \frac{1 - \alpha^{K+1}}{1 - \alpha}$$
 
-**Expected speedup** over plain decoding. A step costs K draft passes (K·c, in units of one target
-pass) plus one target pass over K + 1 positions, taken to cost about as much as a plain decoding
-step (true on a GPU; on a CPU longer passes cost a little more):
+**Expected speedup** over plain decoding. A step costs K draft passes (K·c plain steps) and one
+target pass over K + 1 positions (v plain steps). The textbook takes v = 1:
 
-$$\text{speedup} = \frac{1 - a^{K+1}}{(1 - a)\,(K c + 1)}$$
+$$\text{speedup} = \frac{1 - \alpha^{K+1}}{(1 - \alpha)\,(K c + v)}$$
 
-A high a pays off; a draft that is too slow (large c) or a K that is too long for the acceptance
-eats the gain. The formula assumes every guess is kept independently with the same chance a. Real
-acceptance comes in bursts (easy stretches of code are accepted whole, hard ones not at all), so
-the measured tokens per pass usually exceed the formula's; the page shows both, and the measured
-speedup is the one that counts.
+The third prediction needs no formula for the tokens: the tokens per pass the run really made,
+times one plain step, over the time one speculative step really took. It matches the measured
+speedup by construction, so it shows where the time went; the gap between it and the other two
+shows what the formula leaves out. The formula assumes every guess is kept independently with the
+same chance α. Real acceptance comes in bursts (easy stretches of code are accepted whole, hard
+ones not at all), so the tokens per pass of one run can differ from the formula's either way.
 """
+
 
 EXACT = """
 ## Why the output is exactly the target's
