@@ -206,13 +206,14 @@ def dropped_client(url: str, pair: str, max_new_tokens: int, report: list[str], 
         dropped_at.append(frames[-1])
     step = statistics.median(intervals)
     extra = statistics.median(after) - idle
+    from app.live import HTML_EVERY_S  # the app's fastest frame rate
     report += [f"- **{pair}**: {tries} times, a client asked for {max_new_tokens} new tokens with the plain run and "
                f"was killed after 6 frames ({min(dropped_at):.1f}-{max(dropped_at):.1f} s in); left running, each "
                f"would have held the worker for up to {2 * max_new_tokens} tokens. The next request's first frame "
                f"came after **{statistics.median(after):.2f} s** (median; max {max(after):.2f} s), against "
                f"{idle:.2f} s when the app is idle (median of 3): {extra:+.2f} s, "
                f"{'within' if extra <= step else 'MORE than'} one frame interval of the dropped run "
-               f"({step:.2f} s; a frame comes every step, or every 0.1 s when steps are faster)."]
+               f"({step:.2f} s; a frame comes every step, or every {HTML_EVERY_S:g} s when steps are faster)."]
 
 
 def zerogpu_durations(report: list[str]) -> None:
