@@ -23,4 +23,5 @@ const draw = () => {
 draw();
 watch('value', draw);
 // The lecture-hall view and the theme re-flow the pane (a class on <body>): follow again.
-new MutationObserver(toEnd).observe(document.body, {attributes: true, attributeFilter: ['class']});
+// After the next layout: the new class changes the pane's size only then.
+new MutationObserver(() => requestAnimationFrame(toEnd)).observe(document.body, {attributes: true, attributeFilter: ['class']});

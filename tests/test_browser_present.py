@@ -12,24 +12,11 @@ import re
 import pytest
 
 from specdec.record import CSV_COLUMNS, VERSION
-from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, free_port, set_max_new_tokens, start_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, app_url, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
 
 DEMO_RUN = ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    for _ in range(3):  # another process may take the free port before the app binds it
-        proc, url, output = start_app(free_port())
-        if proc is not None:
-            break
-    else:
-        pytest.fail("app did not start: " + output[-2000:])
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +119,9 @@ def test_lecture_hall_view_in_both_themes(browser, app_url):
     stats = page.locator("#stats").bounding_box()
     assert stats["y"] < 720, stats  # the numbers stay on screen below the panes
     # The newest tokens are in view: a full pane is scrolled to its end.
-    gap = page.evaluate("(() => { const p = document.querySelector('#spec-pane .tokens'); "
-                        "return [p.scrollHeight - p.clientHeight, p.scrollHeight - p.scrollTop - p.clientHeight]; })()")
-    assert gap[0] > 0 and gap[1] < 24, gap
+    scrolled = ("(() => { const p = document.querySelector('#spec-pane .tokens'); "
+                "return [p.scrollHeight - p.clientHeight, p.scrollHeight - p.scrollTop - p.clientHeight]; })()")
+    page.wait_for_function(f"(() => {{ const g = {scrolled}; return g[0] > 0 && g[1] < 24; }})()", timeout=5_000)
     for theme in ("light", "dark"):
         if theme == "dark":
             page.click("#theme input")
