@@ -14,7 +14,7 @@ import gradio as gr
 
 from specdec.record import RecordError, RunRecord, from_json, write_files
 
-from .layout import Page
+from .page import Page
 from .view import RunView, frame
 
 MAX_BYTES = 64 * 2**20  # a 2048-token run of both lanes is a few MB; anything far larger is not a record

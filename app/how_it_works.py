@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .layout import ASSETS, Page
+from .page import ASSETS, Page
 
 DIAGRAM = (ASSETS / "how_it_works.svg").read_text(encoding="utf-8")
 

@@ -1,15 +1,8 @@
-"""The page's components, created inside gr.Blocks and kept by name on one Page object.
-
-Event handlers take their inputs as a dict and return a dict of updates keyed by these
-components, so a feature adds a control or an output without reordering anyone's tuples, and a
-frame sends only what changed.
-"""
+"""The page's layout: its sections in order, each adding its components to one Page (app/page.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
-from pathlib import Path
 
 import gradio as gr
 
@@ -17,12 +10,11 @@ from specdec.config import PRESETS
 from specdec.models import pick_device
 from specdec.variants import VARIANTS, default_variant
 
-from . import charts, render, step_panel, theory
+from . import charts, export, how_it_works, present, render, replay, step_panel, theory
+from .page import ASSETS, PENDING, Page, StopFlag
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
-PENDING = ""  # a token pane with no spans yet
 # A token pane draws its spans itself (assets/tokens_pane.js): new spans are added, not the pane redrawn.
 TOKENS_TEMPLATE = '<div class="tokens"></div>'
 TOKENS_JS = (ASSETS / "tokens_pane.js").read_text()
@@ -34,37 +26,9 @@ INTRO = (
 )
 
 
-class StopFlag(threading.Event):
-    """Per-session stop signal. gr.State deep-copies its initial value for each session; a lock
-    cannot be copied, so a copy is simply a fresh flag."""
-
-    def __deepcopy__(self, memo):
-        return StopFlag()
-
-
-class Page:
-    """Every component a handler reads or writes, by name. Filled in by build_layout()."""
-
-    def settings(self) -> set:
-        """The controls a run reads (passed to handlers as one dict)."""
-        return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
-                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4, self.pause}
-
-    def run_outputs(self) -> list:
-        """Everything a frame of a run may update."""
-        return [self.status, self.spec_html, self.plain_html, self.stats, self.predictions, *self.plots,
-                self.lossy_html, self.lossy_note, *theory.outputs(self), *self.run_states()]
-
-    def run_states(self) -> list:
-        """The per-session state a frame of a run writes (a replay frame leaves it alone)."""
-        return [self.spec_events, self.plain_events, self.run_view]
-
-
 def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
     """The whole page. Each section is a function that adds its components to `page`. `pairs`: the
     presets offered (all when None); `max_new_tokens`: the end of that slider."""
-    from . import export, how_it_works, present, replay  # they build on Page: imported here, not at the top
-
     page = Page()
     gr.Markdown(INTRO, elem_id="intro")
     present.header(page)

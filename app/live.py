@@ -27,7 +27,7 @@ from specdec.run import plain_int4_run
 from specdec.record import machine_info, now_utc, pair_info
 
 from . import theory
-from .layout import Page, StopFlag
+from .page import Page, StopFlag
 from .view import RunView, frame
 
 # The browser draws each frame on the cores the engine runs on (measured with headless chromium on

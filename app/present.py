@@ -11,7 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from . import render
-from .layout import Page
+from .page import Page
 
 # (on) -> toggle a class on <body>; returns its input so the checkbox keeps its value.
 TOGGLE_JS = "(on) => {{ document.body.classList.toggle('{cls}', !!on); return on; }}"

@@ -16,7 +16,7 @@ import gradio as gr
 from specdec import replay as clock
 from specdec.replay import SPEEDS, Clock, Position
 
-from .layout import Page
+from .page import Page
 from .view import RunView, frame
 
 MIN_FRAME_S = 0.05  # at most 20 frames a second, however dense the recorded events are

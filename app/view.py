@@ -10,7 +10,7 @@ from specdec.config import GenerationConfig
 from specdec.metrics import summarize, summarize_runs
 
 from . import charts, render, theory
-from .layout import PENDING, Page
+from .page import PENDING, Page
 
 
 @dataclass

@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from app import live
-from app.layout import StopFlag
+from app.page import StopFlag
 from app.render import render_spans
 from specdec import gpu_budget, pairs, torch_thread
 from specdec.config import GenerationConfig

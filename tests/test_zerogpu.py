@@ -61,7 +61,7 @@ def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
 
 
 def page_values(page, **changes):
-    from app.layout import StopFlag
+    from app.page import StopFlag
 
     values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5, page.adaptive: False,
               page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 1024, page.seed: 0, page.compare: True,
