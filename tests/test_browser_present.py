@@ -133,7 +133,8 @@ def test_lecture_hall_view_in_both_themes(browser, app_url):
     page.wait_for_selector("#how-it-works svg")
     tabs = page.eval_on_selector_all("#tabs [role=tab]", "els => els.map(e => e.innerText.trim())")
     assert tabs == ["Live", "Theory", "How it works"], tabs  # each tab's button once, the selected one too
-    assert page.locator("#how-it-works .katex").count() >= 2  # the two formulas, typeset
+    # The formulas, typeset (KaTeX runs once the tab is shown, a moment after the click).
+    page.wait_for_function("document.querySelectorAll('#how-it-works .katex').length >= 2", timeout=15_000)
     page.screenshot(path=str(ARTIFACTS / "lecture-how-it-works-dark.png"))
     page.close()
 
