@@ -230,8 +230,9 @@ def verdict(gap, spec: RunMetrics) -> str:
     """Which prediction explains the measurement, and what the gaps between them mean."""
     names = {"textbook": "the textbook", "with_verify_cost": "the prediction with the verify cost", "from_passes": "the accounting from passes"}
     best = gap.closest
-    out = [f"{names[best].capitalize()} explains the measured {gap.measured:.2f}\u00d7 best "
-           f"(within {abs(gap.ratio(best) - 1):.0%})."]
+    off = abs(gap.ratio(best) - 1)
+    within = f"within {off:.0%}" if off >= 0.005 else "equal to it, to rounding"
+    out = [f"{names[best].capitalize()} explains the measured {gap.measured:.2f}\u00d7 best ({within})."]
     if abs(gap.verify_factor - 1) > 0.03:
         more = "more" if spec.verify_cost > 1 else "less"
         out.append(f"Verify cost: checking K+1 tokens costs {spec.verify_cost:.2f} decode steps here, {more} than the "

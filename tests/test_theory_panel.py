@@ -53,6 +53,9 @@ def test_verdict_names_the_closest_prediction_and_the_gaps():
     text = theory.verdict(gap, m)
     assert text.startswith("The accounting from passes explains the measured 1.50\u00d7 best (within 1%)")
     assert "1.90 decode steps" in text and "4.60 tokens" in text and "2.80" in text and "no hidden cost" in text
+    exact = PredictionGap(measured=2.9, textbook=2.95, with_verify_cost=2.91, from_passes=2.9003, verify_factor=0.99,
+                          burst_factor=1.0, unexplained=2.9 / 2.9003)
+    assert "2.90\u00d7 best (equal to it, to rounding)" in theory.verdict(exact, m)  # not "within 0%"
 
 
 def test_k_curve_is_specdec_theory(runs):
