@@ -40,7 +40,7 @@ def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
     return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, spec=list(record.spec),
                    plain=list(record.plain), finished=True, stopped=record.stopped, show_rejected=show_rejected,
                    prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created,
-                   pair_name=pair.get("name", ""), one_token_pass_s=record.one_token_pass_s)
+                   one_token_pass_s=record.one_token_pass_s)
 
 
 def files(view: RunView | None) -> dict:

@@ -30,9 +30,9 @@ from . import theory
 from .page import Page, StopFlag
 from .view import RunView, frame
 
-# The browser draws each frame on the cores the engine runs on (measured with headless chromium on
-# 2 cores, docs/app_speed.md): about 20 ms of CPU per frame of the panes and stats, 75 ms more to
-# redraw the three plots, and about 5% of a core for an open Gradio page doing nothing.
+# The browser draws each frame on the cores the engine runs on (docs/app_speed.md: on 2 cores,
+# headless chromium spent 7 to 9.6 CPU s on a streaming page during a 50 s run, against 3.4 to 4.6
+# for the same page idle), so frames are few.
 HTML_EVERY_S = 0.5  # so the token panes are redrawn at most twice a second
 PLOT_EVERY_S = 10.0  # and the plots every 10 s while a run streams, and when each run ends
 BUDGET = 0.02  # each kind of frame may also take at most this share of the run's time on the server (see Throttle)
@@ -137,7 +137,6 @@ class Throttle:
         self.last_html = self.last_plot = float("-inf")  # the first frame is due at once
         self.html_cost = self.plot_cost = 0.0
         self.plots_now = False  # set when a run ends: its plots are drawn in the next frame
-        self.spec_ended = False  # the speculative run has ended (the next lane has begun)
 
     def due(self) -> tuple[bool, bool]:
         """(panes due, plots due); plots are only ever drawn with the panes."""
@@ -197,8 +196,8 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
                     elif lane == "decode_step":
                         view.one_token_pass_s = item
                     else:
-                        if lane != "spec" and not throttle.spec_ended:  # the speculative run's charts, whole, now
-                            throttle.spec_ended = throttle.plots_now = True
+                        if lane != "spec" and not (view.plain or view.lossy):  # the speculative run has ended:
+                            throttle.plots_now = True  # its charts, whole, in the next frame
                         {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[lane].append(item)
                         pending = True
                 if pending and not done:
@@ -231,7 +230,7 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
     drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
-    return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected, pair_name=pair.name,
+    return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())

@@ -120,7 +120,7 @@ def after_run(page, session: TheorySession, view) -> dict:
     """A run has ended: keep it in the session and redraw the tab from it."""
     plain = summarize(view.plain) if view.plain else None
     session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
-                   (view.pair_name, view.dtype_name))
+                   (view.pair.get("name", ""), view.dtype_name))
     return updates(page, session)
 
 

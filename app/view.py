@@ -27,7 +27,6 @@ class RunView:
     show_rejected: bool = True
     lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
     lossy: list = field(default_factory=list)  # its StepEvents
-    pair_name: str = ""
     one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
     # What a saved record keeps besides the events (specdec.record): the prompt, the pair, the machine, when.
     prompt: str = ""
