@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from .events import StepEvent
-from .theory import expected_tokens_per_pass, predicted_speedup
+from .theory import expected_pass_counts, expected_tokens_per_pass, predicted_speedup
 
 __all__ = ["RunMetrics", "summarize", "summarize_runs", "estimate_alpha", "expected_tokens_per_pass", "predicted_speedup"]
 
@@ -43,7 +43,7 @@ class RunMetrics:
     alpha: float  # per-token acceptance probability, estimated (estimate_alpha)
     accepted_share: float  # accepted / drafted (0 when nothing was drafted)
     tokens_per_step: float  # tokens / target passes, measured
-    expected_tokens_per_pass: float  # (1 - alpha^(K+1)) / (1 - alpha) at K = mean_k: what independent acceptance predicts
+    expected_tokens_per_pass: float  # mean over drafting steps of (1 - alpha^(K+1)) / (1 - alpha), each at its own K: what independent acceptance predicts
     seconds: float  # wall time of the run (prompt processing excluded)
     tokens_per_s: float
     mean_k: float  # mean draft length over steps that drafted
@@ -59,7 +59,7 @@ class RunMetrics:
     cost_ratio_c: float | None  # draft_pass_s / decode_step_s (next to 0 for prompt lookup)
     draft_model_c: float | None  # model_draft_pass_s / decode_step_s
     verify_cost: float | None  # verify_pass_s / decode_step_s: what checking K+1 tokens costs, in decode steps
-    predicted_speedup: float | None  # textbook: expected tokens per pass / (K c + 1)
+    predicted_speedup: float | None  # textbook: expected tokens per pass / (K c + 1), K = mean_k
     predicted_speedup_with_verify_cost: float | None  # expected tokens per pass / (K c + verify_cost)
     predicted_speedup_from_passes: float | None  # measured tokens per pass x decode step / step_s (the accounting)
 
@@ -94,7 +94,10 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     if decode_step_s is None:
         decode_step_from = ""
     alpha = estimate_alpha(events)
-    expected = expected_tokens_per_pass(alpha, mean_k)
+    # Per step, each at the K it drafted: the formula is concave in K, so evaluating it once at the
+    # mean K (adaptive K) would overstate it. The cost side, K c + 1, is linear: the mean K is exact there.
+    counts = expected_pass_counts(alpha, [len(e.drafted) for e in drafting])
+    expected = sum(n * count for n, count in enumerate(counts, 1)) / len(drafting) if drafting else 1.0
     tokens_per_step = tokens / passes if passes else 0.0
 
     c = draft_c = verify = textbook = with_verify = from_passes = None
@@ -102,8 +105,8 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
         c = draft_pass_s / decode_step_s
         draft_c = model_draft_pass_s / decode_step_s if model_draft_pass_s is not None else None
         verify = verify_pass_s / decode_step_s if drafting else 1.0
-        textbook = predicted_speedup(alpha, mean_k, c)
-        with_verify = predicted_speedup(alpha, mean_k, c, verify)
+        textbook = expected / (mean_k * c + 1)
+        with_verify = expected / (mean_k * c + verify)
         from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
     return RunMetrics(
         tokens=tokens,

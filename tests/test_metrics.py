@@ -84,3 +84,17 @@ def test_lookup_costs_no_draft_pass_and_the_model_gets_its_own_c():
     assert (m.model_steps, m.lookup_steps) == (1, 1)
     assert m.draft_model_c == pytest.approx(0.1 / 0.2)  # the model's pass alone: 0.3 s / 3 drafts
     assert m.cost_ratio_c == pytest.approx(0.3003 / 6 / 0.2)  # the blend
+
+
+def test_adaptive_k_predictions_take_each_step_at_its_own_k():
+    # Adaptive K: one step drafted 1 token, one drafted 9 (mean K = 5); 4 accepted, 2 rejections.
+    events = [event(0, (1,), 0, CORRECTION, 1, 0.1, draft_s=0.01, verify_s=0.1),
+              event(1, (1, 2, 3, 4, 5, 6, 7, 8, 9), 4, CORRECTION, 6, 0.3, draft_s=0.09, verify_s=0.1)]
+    m = summarize(events, decode_step_s=0.1, decode_step_from=FROM_PLAIN)
+    a, c = 4 / 6, 0.1
+    per_step = (expected_tokens_per_pass(a, 1) + expected_tokens_per_pass(a, 9)) / 2
+    at_mean_k = expected_tokens_per_pass(a, 5)
+    assert m.mean_k == 5 and at_mean_k > per_step * 1.1  # the formula is concave in K: the two differ
+    assert m.expected_tokens_per_pass == pytest.approx(per_step)
+    assert m.predicted_speedup == pytest.approx(per_step / (5 * c + 1))  # the cost side is linear in K
+    assert m.predicted_speedup_with_verify_cost == pytest.approx(per_step / (5 * c + m.verify_cost))
