@@ -11,16 +11,23 @@ from specdec.engine import generate
 PROMPT = "for i in range(10):"
 
 
-def fresh_keys(model, vocab_size, ids):
+def cached_tensors(lm: CachedModel) -> list[torch.Tensor]:
+    """Every layer's keys and values, in that order."""
+    return [t for layer in lm.cache.layers for t in (layer.keys, layer.values)]
+
+
+def fresh_tensors(model, vocab_size, ids):
     lm = CachedModel(model, vocab_size)
     lm.prefill(torch.tensor(ids, device=model.device))
-    return [layer.keys for layer in lm.cache.layers]
+    return cached_tensors(lm)
 
 
 def assert_cache_matches(lm: CachedModel, model, vocab_size, ids):
     assert lm.length == len(ids)
-    for got, want in zip([layer.keys for layer in lm.cache.layers], fresh_keys(model, vocab_size, ids)):
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    got, want = cached_tensors(lm), fresh_tensors(model, vocab_size, ids)
+    assert len(got) == len(want) == 2 * len(lm.cache.layers)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("config", [
