@@ -40,10 +40,13 @@ def test_max_new_tokens_smaller_than_k(tiny_pair, plain, drafter):
 def test_eos_inside_an_accepted_draft(tiny_pair, plain):
     # Declare as end-of-sequence a token that a draft proposed and the target accepted before the
     # end of its draft, so the run must stop inside the draft exactly where plain decoding stops.
+    # The premise: the chosen token first occurs in the output at that place (so plain decoding
+    # stops there too), and the target accepted more of that draft after it.
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=5, max_new_tokens=48))
+    assert tokens(events) == plain
     candidates = [
         e.drafted[i] for e in events for i in range(e.accepted - 1)
-        if e.drafted[i] not in plain[: plain.index(e.drafted[i])]
+        if plain.index(e.drafted[i]) == e.total_tokens - len(e.emitted) + i
     ]
     assert candidates, "no accepted draft token to turn into EOS"
     pair = replace(tiny_pair, eos_ids=frozenset({candidates[0]}))
