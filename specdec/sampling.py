@@ -9,11 +9,15 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, 
     """(N, V) logits -> (N, V) float32 probabilities.
 
     temperature 0 (greedy) returns the plain softmax, used only to show how sure each model was.
+    Any temperature > 0 gives a finite row; one so small that logits / T overflows gives the greedy
+    limit (all mass on the best token, shared only by exact ties).
     """
     logits = logits.float()
     if temperature == 0:
         return torch.softmax(logits, dim=-1)
-    logits = logits / temperature
+    # Shift the best logit to 0 before dividing: a tiny temperature then sends the others to -inf
+    # (the greedy limit, a one-hot row) instead of sending the best to +inf (inf - inf: NaN).
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k > 0 and top_k < logits.shape[-1]:
         kth_best = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (N, 1)
         logits = logits.masked_fill(logits < kth_best, float("-inf"))

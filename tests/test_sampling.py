@@ -26,3 +26,14 @@ def test_top_p_keeps_smallest_set_reaching_p():
 def test_greedy_returns_plain_softmax_for_display():
     logits = torch.tensor([[1.0, 0.0]])
     assert torch.allclose(probs_from_logits(logits, 0.0, top_k=1), torch.softmax(logits, -1))
+
+
+def test_tiny_temperature_is_the_greedy_limit_not_nan():
+    # 30 / 1e-40 overflows float32: dividing first would put +inf at the best token and NaN in the row.
+    logits = torch.tensor([[30.0, 29.0, -5.0], [-2.0, 7.5, 7.0]])
+    for top_k, top_p in [(0, 1.0), (2, 1.0), (0, 0.9)]:
+        probs = probs_from_logits(logits, 1e-40, top_k=top_k, top_p=top_p)
+        assert torch.isfinite(probs).all()
+        assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 3).float())
+    # ...while an ordinary temperature gives the same row as dividing first.
+    torch.testing.assert_close(probs_from_logits(logits, 0.7), torch.softmax(logits / 0.7, -1))
