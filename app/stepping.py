@@ -14,7 +14,7 @@ from dataclasses import replace
 import gradio as gr
 
 from specdec import torch_thread
-from specdec.detail import explain
+from specdec.detail import explain, generate_detailed
 from specdec.engine import generate
 from specdec.pairs import shared_store
 from specdec.passcost import one_token_pass_s
@@ -30,7 +30,7 @@ def _key(page, values: dict, config) -> tuple:
 def _start(page, values: dict, session, pair, config) -> None:
     """A new held run with the current settings (ValueError names a bad one)."""
     # On the torch thread: building the run builds its draft variant too (torch_thread says why).
-    decoding = torch_thread.call(generate, pair, values[page.prompt], config, stop=values[page.stop], detail=True)
+    decoding = torch_thread.call(generate_detailed, pair, values[page.prompt], config, stop=values[page.stop])
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
     session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])

@@ -29,13 +29,14 @@ from specdec.models import load_pair
 pair_name, dtype, tokens, runs, detail = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 pair = load_pair(pair_name, device="cpu", dtype=dtype)
 config = GenerationConfig(max_new_tokens=tokens, k=5, temperature=0.8, seed=1)
-kwargs = {"detail": True} if detail else {}
+if detail:
+    from specdec.detail import generate_detailed as generate
 prompt = "def add(a, b):\\n    return a + b\\n\\ndef add(a, b):"
-list(generate(pair, prompt, config, **kwargs))  # warm-up
+list(generate(pair, prompt, config))  # warm-up
 per_step = []
 for _ in range(runs):
     start = time.perf_counter()
-    events = list(generate(pair, prompt, config, **kwargs))
+    events = list(generate(pair, prompt, config))
     per_step.append((time.perf_counter() - start) / len(events))
 print(statistics.median(per_step))
 """

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from .bench_modes import DEFAULT_MODES, DRAFT_MODES, MODES, OURS
 from .bench_report import machine_info, summarize_results, table
 from .cached_model import CpuLinear
 from .compare import departure, first_difference
@@ -28,13 +29,6 @@ from .metrics import summarize
 from .models import DTYPES, ModelPair
 from .variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
-OURS = ("plain", "spec", "lookup", "best", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
-DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
-HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
-# *_cpulinear: transformers' loop with our CPU matmul choices (cached_model.CpuLinear), which
-# separates what the loop costs from what the kernels cost.
-MODES = OURS + HF
-DEFAULT_MODES = ("plain", "spec", "best", "hf_assisted", "hf_lookup")
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json")
 LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
 

@@ -70,7 +70,7 @@ def load(args):
 
 def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     """Every option of `bench` (also `python -m specdec.bench`)."""
-    from .bench import DEFAULT_MODES, MODES  # light: bench imports torch, which the CLI loads anyway
+    from .bench_modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
     from .models import DTYPES
 
     p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json"))

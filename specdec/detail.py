@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .acceptance import one_hot, residual
-from .engine import Decoding
+from .engine import Decoding, generate
 from .events import EOS_ACCEPTED, StepEvent
 
 TOP_N = 8  # tokens kept per distribution: enough to see where the mass is
@@ -100,6 +100,11 @@ class DetailedDecoding(Decoding):
             len(self.details), draft.ids, draft.q, logits, probs, int(n_accepted), int(next_token), u,
             greedy=self.config.greedy, top_n=self.top_n, decode=lambda i: self.pair.tokenizer.decode([i]),
         ))
+
+
+def generate_detailed(pair, prompt: str, config, **kwargs) -> DetailedDecoding:
+    """engine.generate, recording a StepDetail per step in the result's `details`."""
+    return generate(pair, prompt, config, decoding=DetailedDecoding, **kwargs)
 
 
 def replay_uniforms(state: torch.Tensor, k: int, device) -> list[float]:

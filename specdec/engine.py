@@ -33,19 +33,16 @@ def generate(
     *,
     chat: bool | None = None,
     stop: threading.Event | None = None,
-    detail: bool = False,
+    decoding: type[Decoding] | None = None,
 ) -> "Decoding":
-    """Validate the input, then stream one StepEvent per target forward pass. With `detail`, the
-    run also records what the step panel shows (specdec.detail); the events are the same."""
+    """Validate the input, then stream one StepEvent per target forward pass. `decoding`: the class
+    that runs it, a Decoding that may look on without changing the events (specdec.detail's
+    DetailedDecoding records what the step panel shows; specdec.detail.generate_detailed)."""
     config.validate()
     prompt_ids = pair.encode_prompt(prompt, chat=pair.chat if chat is None else chat, max_new_tokens=config.max_new_tokens)
     if config.drafter in ("model", "auto") and pair.draft is None:
         raise ValueError(f"drafter 'model' needs a draft model, and pair {pair.name!r} has none")
-    if detail:
-        from .detail import DetailedDecoding  # it subclasses Decoding
-
-        return DetailedDecoding(pair, prompt_ids, config, stop)
-    return Decoding(pair, prompt_ids, config, stop)
+    return (decoding or Decoding)(pair, prompt_ids, config, stop)
 
 
 class DraftLength:

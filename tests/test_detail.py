@@ -10,8 +10,7 @@ import specdec.acceptance as acceptance
 from conftest import run_checked, untimed
 from specdec.acceptance import speculative_sample
 from specdec.config import GenerationConfig
-from specdec.detail import ACCEPTED, DISCARDED, REJECTED, explain, record_step, replay_uniforms
-from specdec.engine import generate
+from specdec.detail import ACCEPTED, DISCARDED, REJECTED, explain, generate_detailed, record_step, replay_uniforms
 from specdec.events import CORRECTION
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -28,7 +27,7 @@ SETTINGS = [
 @pytest.mark.parametrize("config", SETTINGS, ids=["greedy", "sampled", "auto-adaptive-top-p", "lookup-sampled"])
 def test_stepping_with_detail_equals_an_uninterrupted_run(tiny_pair, config):
     running = run_checked(tiny_pair, PROMPT, config)
-    stepped = generate(tiny_pair, PROMPT, config, detail=True)
+    stepped = generate_detailed(tiny_pair, PROMPT, config)
     it = iter(stepped)
     events = [next(it) for _ in range(3)]  # three single steps, as the Step button takes them
     events += list(it)  # then "Run to end"
@@ -38,7 +37,7 @@ def test_stepping_with_detail_equals_an_uninterrupted_run(tiny_pair, config):
 
 def test_recorded_draws_and_choices_match_the_verdicts(tiny_pair):
     for config in SETTINGS:
-        decoding = generate(tiny_pair, PROMPT, config, detail=True)
+        decoding = generate_detailed(tiny_pair, PROMPT, config)
         events = list(decoding)
         for event, detail in zip(events, decoding.details):
             x = explain(event, detail)
@@ -74,7 +73,7 @@ def test_explain_without_a_detail_uses_what_the_event_holds(tiny_pair):
 
 
 def generate_detail(pair):
-    decoding = generate(pair, PROMPT, GenerationConfig(max_new_tokens=4, k=2), detail=True)
+    decoding = generate_detailed(pair, PROMPT, GenerationConfig(max_new_tokens=4, k=2))
     list(decoding)
     return decoding.details[0]
 

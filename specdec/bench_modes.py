@@ -1,0 +1,13 @@
+"""The benchmark's mode names: what `bench` runs and what its `--modes` option offers.
+
+Apart from specdec/bench.py so that the command-line options (specdec/cli_args.py) can name the
+modes without importing the benchmark, which imports them: the dependency runs one way.
+"""
+
+OURS = ("plain", "spec", "lookup", "best", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
+HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
+# *_cpulinear: transformers' loop with our CPU matmul choices (cached_model.CpuLinear), which
+# separates what the loop costs from what the kernels cost.
+MODES = OURS + HF
+DEFAULT_MODES = ("plain", "spec", "best", "hf_assisted", "hf_lookup")
