@@ -1,0 +1,246 @@
+"""Speculative sampling through the whole engine emits what plain sampling from the target emits.
+
+tests/test_distribution.py checks the acceptance rule on hand-made p and q; this checks the path
+around it: the draft's q comes from the same processed logits its token is sampled from, the
+target's p uses the same temperature, top-k and top-p, and the draft really samples. The models
+are a pair built for it: causal LMs whose logits depend on the last token only, set by hand (a
+bigram table over 8 tokens), run by the engine like any model. Then every emitted token must
+follow row `previous token` of the target's processed distribution, and one run gives a
+thousand draws in seconds. Each known way to get this wrong (other
+engines have shipped them) is patched in and must fail the same test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+from conftest import run_checked, tokens
+from specdec import drafters, engine, sampling
+from specdec.acceptance import residual, speculative_sample
+from specdec.config import GenerationConfig
+from specdec.models import ModelPair
+
+SIGNIFICANCE = 1e-3  # a correct engine fails this once in a thousand seeds (the seed is fixed)
+VOCAB = 8
+TEMPERATURE, TOP_K, TOP_P = 0.5, 6, 0.95  # all three change the distribution here
+CONFIG = GenerationConfig(k=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, max_new_tokens=1024, seed=11)
+
+
+class BigramLM(torch.nn.Module):
+    """A causal LM whose next-token logits are row `last token` of a fixed (V, V) table, whatever
+    came before. It has the interface the engine runs a model through (specdec.cached_model: input
+    ids, a transformers cache it extends, logits_to_keep), at next to no cost per pass."""
+
+    def __init__(self, table: torch.Tensor):
+        from transformers import Qwen2Config
+
+        super().__init__()
+        v = table.shape[0]
+        self.config = Qwen2Config(vocab_size=v, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
+        self.head = torch.nn.Linear(v, v, bias=False)  # one-hot of the last token -> its row of the table
+        with torch.no_grad():
+            self.head.weight.copy_(table.T)
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.head.weight.dtype
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0):
+        n = input_ids.shape[1]
+        empty = torch.zeros(1, 1, n, 1)
+        cache.update(empty, empty, 0)  # the cache counts positions (rollback is the engine's), nothing is attended
+        ids = input_ids[:, -logits_to_keep:] if logits_to_keep else input_ids  # (1, n')
+        return SimpleNamespace(logits=self.head(torch.nn.functional.one_hot(ids, self.head.in_features).float()))
+
+
+def word_tokenizer(v: int):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(v)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These passes are tiny: one thread is several times faster than two waiting on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def parity_table(rows: torch.Tensor) -> torch.Tensor:
+    """(2, V) -> (V, V): the next token's logits depend on whether the last token is even or odd.
+    Two contexts keep the counts per context high; that they differ makes a wrong row show."""
+    return rows[torch.arange(rows.shape[1]) % 2]
+
+
+@pytest.fixture(scope="module")
+def bigram():
+    """(pair, target logits): a draft that is the target's table plus noise (acceptance about 0.7)."""
+    gen = torch.Generator().manual_seed(0)
+    target = 1.5 * torch.randn(2, VOCAB, generator=gen)
+    draft = target + 0.8 * torch.randn(2, VOCAB, generator=gen)
+    target, draft = parity_table(target), parity_table(draft)
+    pair = ModelPair("bigram", BigramLM(target), BigramLM(draft), word_tokenizer(VOCAB), torch.device("cpu"),
+                     torch.float32, chat=False, eos_ids=frozenset({-1}))  # no end-of-sequence: an id never emitted
+    return pair, target
+
+
+def transition_p_value(pair, target_logits, config) -> float:
+    """Pearson's chi-square over one run's transition counts against the target's processed rows:
+    every emitted token against the row of the token before it. Cells expected below 5 in a row are
+    pooled; a token the target's row rules out (top-k / top-p) fails at once."""
+    p = sampling.probs_from_logits(target_logits, TEMPERATURE, TOP_K, TOP_P).double()  # (V, V)
+    seq = [0, 1] + tokens(run_checked(pair, "t0 t1", config))
+    counts = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
+    for a, b in zip(seq[1:-1], seq[2:]):
+        counts[a, b] += 1
+    if (counts[p == 0] > 0).any():
+        return 0.0
+    stat, dof = 0.0, 0
+    for observed, prob in zip(counts, p):
+        expected = observed.sum() * prob
+        big, small = expected >= 5, (expected < 5) & (prob > 0)
+        cells_e = torch.cat([expected[big], expected[small].sum().reshape(1)])
+        cells_o = torch.cat([observed[big], observed[small].sum().reshape(1)])
+        keep = cells_e > 0
+        if keep.sum() >= 2:
+            stat += float(((cells_o[keep] - cells_e[keep]) ** 2 / cells_e[keep]).sum())
+            dof += int(keep.sum()) - 1
+    assert dof > 0
+    return float(chi2.sf(stat, dof))
+
+
+def test_the_bigram_pair_is_what_it_claims(bigram):
+    from specdec.cached_model import CachedModel
+
+    pair, target = bigram
+    lm = CachedModel(pair.target, VOCAB)
+    torch.testing.assert_close(lm.forward(torch.tensor([3, 7, 2]), last_only=False), target[[3, 7, 2]])
+    assert lm.length == 3 and torch.equal(lm.forward(torch.tensor([4]), last_only=True), target[[4]])
+    lm.crop(2)
+    assert lm.length == 2
+
+
+def test_speculative_sampling_follows_the_target(bigram):
+    pair, target = bigram
+    events = run_checked(pair, "t0 t1", replace(CONFIG, max_new_tokens=64))
+    accepted = sum(e.accepted for e in events) / sum(len(e.drafted) for e in events)
+    assert 0.3 < accepted < 0.95  # drafts are accepted and rejected: both halves of the rule are used
+    assert transition_p_value(pair, target, CONFIG) > SIGNIFICANCE
+
+
+def test_plain_sampling_passes_the_same_test(bigram):
+    pair, target = bigram
+    assert transition_p_value(pair, target, replace(CONFIG, drafter="none")) > SIGNIFICANCE
+
+
+def _q_from_raw_logits(monkeypatch):
+    """The draft samples from its processed distribution but reports q from the raw logits (T = 1,
+    no top-k / top-p): transformers #47932."""
+    real_probs, real_sample = sampling.probs_from_logits, sampling.sample
+    monkeypatch.setattr(drafters, "probs_from_logits", lambda logits, *args, **kwargs: torch.softmax(logits.float(), -1))
+    # softmax is unchanged by a shift, so log(q_raw) are the logits again: sample from them processed
+    monkeypatch.setattr(drafters, "sample", lambda q, g: real_sample(real_probs(q.log(), TEMPERATURE, TOP_K, TOP_P), g))
+
+
+def _target_without_temperature(monkeypatch):
+    """The draft's q at the temperature, the target's p without it."""
+    real = sampling.probs_from_logits
+    monkeypatch.setattr(engine, "probs_from_logits", lambda logits, t, top_k=0, top_p=1.0: real(logits, 1.0, top_k, top_p))
+
+
+def _greedy_draft_with_its_q(monkeypatch):
+    """The draft proposes its argmax while its q is used as if it had sampled: transformers #32867."""
+    monkeypatch.setattr(drafters, "sample", lambda q, g: q.argmax(dim=-1))
+
+
+@pytest.mark.parametrize("break_it", [_q_from_raw_logits, _target_without_temperature, _greedy_draft_with_its_q])
+def test_a_broken_engine_fails_the_test(bigram, monkeypatch, break_it):
+    pair, target = bigram
+    break_it(monkeypatch)
+    assert transition_p_value(pair, target, CONFIG) < SIGNIFICANCE
+
+
+# --- the bonus token ------------------------------------------------------------------------------
+
+K = 2
+TRIALS = 4000
+# Rows that differ per position, so that drawing the bonus from the wrong row shows.
+P_ROWS = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.06, 0.04],
+                       [0.05, 0.40, 0.30, 0.10, 0.10, 0.05],
+                       [0.10, 0.05, 0.05, 0.20, 0.25, 0.35]])  # (K+1, V): row K is the bonus distribution
+Q_ROWS = torch.tensor([[0.30, 0.30, 0.15, 0.10, 0.10, 0.05],
+                       [0.10, 0.35, 0.25, 0.15, 0.10, 0.05]])  # (K, V): close enough that most drafts are kept
+
+
+def bonus_from_previous_row(draft_ids, p, q, generator):
+    """The bonus drawn from row K - 1 (an off-by-one)."""
+    n, token = speculative_sample(draft_ids, p, q, generator)
+    if int(n) == K:
+        token = torch.multinomial(p[K - 1], 1, generator=generator).squeeze(0)
+    return n, token
+
+
+def bonus_from_a_residual(draft_ids, p, q, generator):
+    """The bonus drawn from normalise(max(0, p_K - q_{K-1})), as if the last draft had been rejected."""
+    n, token = speculative_sample(draft_ids, p, q, generator)
+    if int(n) == K:
+        token = torch.multinomial(residual(p[K], q[K - 1]), 1, generator=generator).squeeze(0)
+    return n, token
+
+
+def bonus_counts(rule) -> list[int]:
+    generator = torch.Generator().manual_seed(4321)
+    counts = [0] * P_ROWS.shape[1]
+    for _ in range(TRIALS):
+        drafts = torch.multinomial(Q_ROWS, 1, generator=generator).squeeze(-1)  # (K,)
+        n, token = rule(drafts, P_ROWS, Q_ROWS, generator)
+        if int(n) == K:
+            counts[int(token)] += 1
+    return counts
+
+
+def bonus_p_value(counts) -> float:
+    from scipy.stats import chisquare
+
+    return chisquare(counts, [sum(counts) * float(x) for x in P_ROWS[K]]).pvalue
+
+
+def test_bonus_token_follows_the_target_at_position_k_plus_1():
+    counts = bonus_counts(speculative_sample)
+    assert sum(counts) > TRIALS / 3  # enough fully accepted drafts for the test to mean something
+    assert bonus_p_value(counts) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("rule", [bonus_from_previous_row, bonus_from_a_residual])
+def test_a_wrong_bonus_row_is_detected(rule):
+    assert bonus_p_value(bonus_counts(rule)) < SIGNIFICANCE
+
+
+# --- a temperature so small that logits / T overflows ---------------------------------------------
+
+
+def test_tiny_temperature_samples_the_greedy_output(tiny_pair):
+    greedy = tokens(run_checked(tiny_pair, "def add(a, b):", GenerationConfig(drafter="none", max_new_tokens=24)))
+    for drafter in ("model", "none"):
+        config = GenerationConfig(k=4, temperature=1e-40, drafter=drafter, max_new_tokens=24)
+        events = run_checked(tiny_pair, "def add(a, b):", config)
+        assert tokens(events) == greedy
+        assert all(p in (0.0, 1.0) for e in events for p in e.p_target)  # one-hot rows: no NaN anywhere
