@@ -28,6 +28,12 @@ from torch import nn
 
 INT4_GROUP = 32  # input columns per int4 scale; the CPU kernel takes 32, 64, 128 or 256
 CLIP_CANDIDATES = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)  # fractions of a group's range tried by the int4 search
+QUANT_FORMAT = 1  # what quantize() stores and how it chooses it; bump it with any change there (cached variants are rebuilt)
+
+
+def quantizer_parameters() -> dict:
+    """Everything of this module that a stored quantized weight depends on (part of the cache key)."""
+    return {"format": QUANT_FORMAT, "int4_group": INT4_GROUP, "clip_candidates": list(CLIP_CANDIDATES)}
 
 
 @dataclass

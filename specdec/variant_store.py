@@ -4,24 +4,25 @@ A variant is stored as a layout (which modules are replaced, and by what: a quan
 layer, a quantized embedding, a truncated head) and one flat dict of tensors. `assemble` builds a
 model from that without allocating the original weights, whether the tensors were just computed
 or read back from `<model folder>.<variant>/`. Written into a `.partial` folder and renamed when
-complete, like specdec/bundle.py, so an interrupted write never looks complete.
+complete, like specdec/bundle.py, so an interrupted write never looks complete; read back only
+when it was built from the same inputs and its files are whole (the disk cache, below).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
-from .quant import QuantEmbedding, QuantLinear, QuantWeight, quantize
-
-FORMAT = 1  # layout of a cached variant folder; bump it to have old caches rebuilt
-MARKER = "complete.json"
+from .quant import QuantEmbedding, QuantLinear, QuantWeight, quantize, quantizer_parameters
 
 
 class SubsetHead(nn.Module):
@@ -57,7 +58,9 @@ def quantized_state(model: nn.Module, recipe, ids: torch.Tensor | None) -> tuple
     says; ids: the rows a truncated head keeps (None: all)."""
     head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
     layout, tensors, done = {}, {}, set()
-    for name, module in model.named_modules():
+    modules = list(model.named_modules())
+    # The bar shows on a terminal only (a first start, or a rebuild after an input changed).
+    for name, module in tqdm(modules, desc=f"Building a {recipe.layers}-bit variant (once)", unit="module", disable=None):
         if module is head:
             weight = head.weight if ids is None else head.weight[ids]
             tensors.update(quantize(weight, recipe.head, recipe.group).tensors(name))
@@ -125,47 +128,114 @@ def _name_of(model: nn.Module, target: nn.Module) -> str:
 
 
 # --- the disk cache -------------------------------------------------------------------------------
+#
+# A stored model is keyed on everything it was built from (`built_from`): the converted copy's own
+# marker (its GGUF's hash, its format and the library versions that converted it), whatever the
+# caller adds (here the recipe, the quantizer's parameters and the truncated head's token ids), the
+# library versions that shape the tensors now, and this code's FORMAT. Its marker records that key
+# and the size and SHA-256 of every file, so a changed input, a truncated or damaged file, or an
+# unreadable marker means "build it again", never a crash. `built_from`, `is_complete` and
+# `save_folder` know nothing of variants: any model stored beside its converted copy can use them.
+
+FORMAT = 2  # layout of a stored folder and its marker; bump it to have old caches rebuilt
+MARKER = "complete.json"
+VERSIONED = ("torch", "transformers", "safetensors")  # libraries whose versions shape the stored tensors
+BLOCK = 1 << 22  # bytes read at a time while hashing
 
 
-def variant_folder(draft_dir: Path, name: str) -> Path:
-    return Path(draft_dir).with_name(f"{Path(draft_dir).name}.{name}")
+def library_versions() -> dict[str, str | None]:
+    import importlib.metadata
+
+    def version(package: str) -> str | None:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {p: version(p) for p in VERSIONED}
 
 
-def _source_mark(draft_dir: Path, recipe) -> dict:
-    """What the variant was built from: the converted model's own marker, the recipe, this code's format."""
+def built_from(source_dir: Path, **inputs) -> dict:
+    """The key of a model stored beside the converted copy in `source_dir`: that copy's own marker
+    (None when unreadable: then nothing matches), the caller's `inputs` (JSON-able), the library
+    versions and FORMAT; in the form it has when read back from a marker (tuples become lists)."""
     try:
-        source = json.loads((Path(draft_dir) / "complete.json").read_text()).get("sha256")
+        source = json.loads((Path(source_dir) / MARKER).read_text())
     except (OSError, ValueError):
         source = None
-    mark = {"format": FORMAT, "source": source, "recipe": asdict(recipe)}
-    return json.loads(json.dumps(mark))  # as read back from the marker (tuples become lists)
+    mark = {"format": FORMAT, "source": source, "versions": library_versions(), **inputs}
+    return json.loads(json.dumps(mark))
 
 
-def is_complete(folder: Path, draft_dir: Path, recipe) -> bool:
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_complete(folder: Path, mark: dict) -> bool:
+    """Whether `folder` holds a model stored with key `mark`, every file of it whole (the size and
+    SHA-256 its marker recorded). A key whose source marker was unreadable matches nothing."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
+        marker = json.loads((Path(folder) / MARKER).read_text())
+        files = marker["files"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    return marker.get("built_from") == _source_mark(draft_dir, recipe)
+    if mark.get("source") is None or marker.get("built_from") != mark or not isinstance(files, dict) or not files:
+        return False
+    for name, want in files.items():
+        path = Path(folder) / name
+        try:
+            if path.stat().st_size != want["size"] or file_digest(path) != want["sha256"]:
+                return False
+        except (OSError, KeyError, TypeError):
+            return False
+    return True
 
 
-def save_folder(folder: Path, draft_dir: Path, name: str, recipe, layout: dict, tensors: dict) -> None:
-    """Write into `.<name>.partial`, then rename: an interrupted write never looks complete.
-    A cache that cannot be written is not an error: the variant is simply rebuilt next time."""
-    from safetensors.torch import save_file
-
+def save_folder(folder: Path, mark: dict, write: Callable[[Path], None]) -> None:
+    """`write(partial)` fills a `.<name>.partial` folder; the marker (key, size and SHA-256 of every
+    file) goes in last, then the folder is renamed into place: an interrupted write never looks
+    complete. A cache that cannot be written is not an error: the model is simply rebuilt next time."""
+    folder = Path(folder)
     partial = folder.with_name(f".{folder.name}.partial")
     try:
         for stale in (partial, folder):
             if stale.exists():
                 shutil.rmtree(stale)
         partial.mkdir(parents=True)
-        save_file({k: v.contiguous() for k, v in tensors.items()}, partial / "variant.safetensors")
-        (partial / "layout.json").write_text(json.dumps({"variant": name, "layout": layout}, indent=1))
-        (partial / MARKER).write_text(json.dumps({"built_from": _source_mark(draft_dir, recipe)}, indent=1))
+        write(partial)
+        files = {p.name: {"size": p.stat().st_size, "sha256": file_digest(p)} for p in sorted(partial.iterdir()) if p.is_file()}
+        (partial / MARKER).write_text(json.dumps({"built_from": mark, "files": files}, indent=1))
         os.replace(partial, folder)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+# --- draft variants on disk -----------------------------------------------------------------------
+
+
+def variant_folder(draft_dir: Path, name: str) -> Path:
+    return Path(draft_dir).with_name(f"{Path(draft_dir).name}.{name}")
+
+
+def variant_mark(draft_dir: Path, recipe, ids: torch.Tensor | None) -> dict:
+    """What a quantized variant is built from: the converted draft, the recipe, the quantizer's own
+    parameters, and the token ids its truncated head keeps (SHA-256 of them; None: all)."""
+    subset = None if ids is None else hashlib.sha256(ids.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+    return built_from(draft_dir, recipe=asdict(recipe), quantizer=quantizer_parameters(), subset=subset)
+
+
+def save_variant(folder: Path, mark: dict, name: str, layout: dict, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    def write(partial: Path) -> None:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, partial / "variant.safetensors")
+        (partial / "layout.json").write_text(json.dumps({"variant": name, "layout": layout}, indent=1))
+
+    save_folder(folder, mark, write)
 
 
 def load_folder(folder: Path, base_dir: Path, dtype: torch.dtype, device: torch.device) -> nn.Module:

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from .quant import INT4_GROUP, module_bytes
-from .variant_store import assemble, is_complete, load_folder, quantized_state, save_folder, stock_state, variant_folder
+from .variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
+                            variant_mark)
 from .vocab_subset import frequency_order, subset_ids
 
 WEIGHTS = {"bf16": None, "int8": 8, "int4": 4}  # name -> bits of the decoder layers (None: as loaded)
@@ -122,13 +123,20 @@ def load_or_build(pair, spec: VariantSpec) -> nn.Module:
 
 
 def _quantized(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
-    """From the disk cache beside `base_dir` when complete; else quantize `base` (and cache it)."""
+    """From the disk cache beside `base_dir` when it was built from the same inputs and its files are
+    whole (specdec.variant_store); else quantize `base` and cache it."""
+    from safetensors import SafetensorError
+
     folder = variant_folder(base_dir, spec.name) if base_dir else None
-    if folder is not None and is_complete(folder, base_dir, spec.recipe):
-        return load_folder(folder, base_dir, dtype, device)
+    mark = variant_mark(base_dir, spec.recipe, ids) if folder is not None else None
+    if folder is not None and is_complete(folder, mark):
+        try:
+            return load_folder(folder, base_dir, dtype, device)
+        except (OSError, ValueError, KeyError, SafetensorError):  # checked whole, yet unreadable: build it again
+            pass
     layout, tensors = quantized_state(base, spec.recipe, ids)
     if folder is not None:
-        save_folder(folder, base_dir, spec.name, spec.recipe, layout, tensors)
+        save_variant(folder, mark, spec.name, layout, tensors)
     return assemble(base.config, layout, tensors, dtype, device)
 
 

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from conftest import run_checked, tokens
-from specdec import variants
+from specdec import quant, variant_store, variants
 from specdec.acceptance import speculative_sample
 from specdec.config import GenerationConfig
 from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize
@@ -204,15 +204,119 @@ def test_variant_is_built_once_and_then_loaded_from_disk(tiny_pair, tmp_path, mo
         torch.testing.assert_close(loaded(input_ids=ids).logits, built(input_ids=ids).logits)
 
 
-def test_stale_or_partial_cache_is_rebuilt(tiny_pair, tmp_path):
-    pair = _cached_pair(tiny_pair, tmp_path)
-    variants.draft_model(pair, "int8")
-    folder = tmp_path / "tiny-draft.int8"
+def _builds(monkeypatch) -> list:
+    """Record every quantization variants.py runs (a build, as opposed to a load from disk)."""
+    builds, real = [], variants.quantized_state
+    monkeypatch.setattr(variants, "quantized_state", lambda *args: builds.append(args) or real(*args))
+    return builds
+
+
+def _load(pair, name="int8"):
+    return variants.draft_model(replace(pair, variants={}), name)  # a new process: nothing in memory
+
+
+def _change_converted_copy(pair, monkeypatch):
     (pair.draft_dir / "complete.json").write_text(json.dumps({"sha256": "another draft", "format": 1}))
-    (folder / "variant.safetensors").write_bytes(b"stale")
-    assert not variants.is_complete(folder, pair.draft_dir, parse_variant("int8").recipe)
-    variants.draft_model(replace(pair, variants={}), "int8")  # rebuilds and rewrites the folder
-    assert variants.is_complete(folder, pair.draft_dir, parse_variant("int8").recipe)
+
+
+def _change_library(pair, monkeypatch):
+    real = variant_store.library_versions
+    monkeypatch.setattr(variant_store, "library_versions", lambda: {**real(), "transformers": "99.0"})
+
+
+def _change_quantizer(pair, monkeypatch):
+    monkeypatch.setattr(quant, "CLIP_CANDIDATES", (1.0, 0.9))
+
+
+def _change_quantizer_format(pair, monkeypatch):
+    monkeypatch.setattr(quant, "QUANT_FORMAT", quant.QUANT_FORMAT + 1)
+
+
+def _change_recipe(pair, monkeypatch):
+    monkeypatch.setitem(variants.RECIPES, 8, replace(variants.RECIPES[8], embedding=4))
+
+
+def _change_store_format(pair, monkeypatch):
+    monkeypatch.setattr(variant_store, "FORMAT", variant_store.FORMAT + 1)
+
+
+def _truncate_the_file(pair, monkeypatch):
+    path = pair.draft_dir.with_name("tiny-draft.int8") / "variant.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _damage_the_file(pair, monkeypatch):
+    path = pair.draft_dir.with_name("tiny-draft.int8") / "variant.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # same size, one bit off
+    path.write_bytes(bytes(data))
+
+
+def _garble_the_marker(pair, monkeypatch):
+    (pair.draft_dir.with_name("tiny-draft.int8") / "complete.json").write_text("{not json")
+
+
+@pytest.mark.parametrize("change", [_change_converted_copy, _change_library, _change_quantizer, _change_quantizer_format,
+                                    _change_recipe, _change_store_format, _truncate_the_file, _damage_the_file,
+                                    _garble_the_marker])
+def test_a_changed_input_or_a_broken_file_means_a_rebuild(tiny_pair, tmp_path, monkeypatch, change):
+    pair = _cached_pair(tiny_pair, tmp_path)
+    builds = _builds(monkeypatch)
+    first = _load(pair)
+    _load(pair)
+    assert len(builds) == 1  # built once, then loaded
+    change(pair, monkeypatch)
+    rebuilt = _load(pair)  # no crash: built again, and stored again
+    assert len(builds) == 2
+    _load(pair)
+    assert len(builds) == 2  # the new build is what the cache holds now
+    ids = torch.tensor([[5, 9, 17, 33]])
+    if change in (_truncate_the_file, _damage_the_file, _garble_the_marker):
+        with torch.inference_mode():
+            torch.testing.assert_close(rebuilt(input_ids=ids).logits, first(input_ids=ids).logits)
+
+
+def test_a_changed_vocabulary_subset_means_a_rebuild(tiny_pair, tmp_path, monkeypatch):
+    order = list(range(tiny_pair.vocab_size))
+    pair = replace(_cached_pair(tiny_pair, tmp_path), token_order=order)
+    spec = VariantSpec("int8-v16k", 8, 64)  # tiny-random's scale: 64 of its 320 tokens
+
+    def load(p):
+        return variants.load_or_build(p, spec)
+
+    builds = _builds(monkeypatch)
+    load(pair)
+    load(pair)
+    assert len(builds) == 1
+    load(replace(pair, token_order=order[::-1]))  # another frequency list: other rows kept
+    assert len(builds) == 2
+    load(replace(pair, token_order=order[::-1], eos_ids=frozenset({150})))  # another end-of-sequence token kept
+    assert len(builds) == 3
+    load(replace(pair, token_order=order[::-1], eos_ids=frozenset({150})))
+    assert len(builds) == 3
+
+
+def test_unreadable_source_markers_never_match(tiny_pair, tmp_path, monkeypatch):
+    pair = _cached_pair(tiny_pair, tmp_path)
+    (pair.draft_dir / "complete.json").write_text("{garbled")
+    builds = _builds(monkeypatch)
+    _load(pair)
+    _load(pair)
+    assert len(builds) == 2  # nothing known about the source: never trusted
+    mark = variant_store.built_from(tmp_path / "nowhere", recipe="x")
+    assert mark["source"] is None and not variant_store.is_complete(tmp_path / "tiny-draft.int8", mark)
+
+
+def test_stored_files_are_listed_with_size_and_hash(tiny_pair, tmp_path):
+    pair = _cached_pair(tiny_pair, tmp_path)
+    _load(pair)
+    folder = tmp_path / "tiny-draft.int8"
+    marker = json.loads((folder / "complete.json").read_text())
+    assert set(marker["files"]) == {"variant.safetensors", "layout.json"}
+    for name, entry in marker["files"].items():
+        assert entry == {"size": (folder / name).stat().st_size, "sha256": variant_store.file_digest(folder / name)}
+    assert set(marker["built_from"]["versions"]) == {"torch", "transformers", "safetensors"}
+    assert marker["built_from"]["source"] == {"sha256": "tiny", "format": 1}
 
 
 def test_default_is_the_recorded_decision(monkeypatch):
