@@ -13,9 +13,12 @@ Two forms of each quantized weight:
   is the place to start on a GPU).
 
 int8: symmetric, one scale per output row: w = q * scale, q in -127..127.
-int4: affine, one scale and minimum per group of `group` input columns: w = q * scale + low,
-q in 0..15. The range of each group is chosen by a small search that minimises the squared
-error (clipping the extremes often wins), not simply min..max.
+int4: affine, one scale and zero point per group of `group` input columns:
+w = (q - 8) * scale + zero, q in 0..15. The range of each group is chosen by a small search that
+minimises the squared error (clipping the extremes often wins), not simply min..max. scale and
+zero are stored in bfloat16, the form torch's CPU kernel takes them in, so that the kernel
+computes exactly the weights `dequantize()` gives (a zero point rounded on its way to the kernel
+moved some weights of the real draft by whole steps: docs/benchmarks.md, "The int4 zero point").
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from torch import nn
 
 INT4_GROUP = 32  # input columns per int4 scale; the CPU kernel takes 32, 64, 128 or 256
 CLIP_CANDIDATES = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)  # fractions of a group's range tried by the int4 search
-QUANT_FORMAT = 1  # what quantize() stores and how it chooses it; bump it with any change there (cached variants are rebuilt)
+QUANT_FORMAT = 2  # what quantize() stores and how it chooses it; bump it with any change there (cached variants are rebuilt)
 
 
 def quantizer_parameters() -> dict:
@@ -42,19 +45,19 @@ class QuantWeight:
 
     bits: int  # 8 or 4
     q: torch.Tensor  # int8 (out, in) | uint8 (out, in/2), two columns per byte, even column in the low nibble
-    scale: torch.Tensor  # int8: float32 (out,) | int4: float16 (out, in/group)
-    low: torch.Tensor | None  # int4 only: float16 (out, in/group), the value of q = 0
+    scale: torch.Tensor  # int8: float32 (out,) | int4: bfloat16 (out, in/group)
+    zero: torch.Tensor | None  # int4 only: bfloat16 (out, in/group), the value of q = 8
     group: int = 0  # int4 only
 
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
         out = {f"{prefix}.q": self.q, f"{prefix}.scale": self.scale}
-        if self.low is not None:
-            out[f"{prefix}.low"] = self.low
+        if self.zero is not None:
+            out[f"{prefix}.zero"] = self.zero
         return out
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], prefix: str, bits: int, group: int) -> "QuantWeight":
-        return cls(bits, tensors[f"{prefix}.q"], tensors[f"{prefix}.scale"], tensors.get(f"{prefix}.low"), group)
+        return cls(bits, tensors[f"{prefix}.q"], tensors[f"{prefix}.scale"], tensors.get(f"{prefix}.zero"), group)
 
     def dequantize(self) -> torch.Tensor:
         """(out, in) float32."""
@@ -63,7 +66,7 @@ class QuantWeight:
         q = unpack_nibbles(self.q).float()  # (out, in)
         out, cols = q.shape
         q = q.reshape(out, cols // self.group, self.group)
-        return (q * self.scale.float()[..., None] + self.low.float()[..., None]).reshape(out, cols)
+        return ((q - 8) * self.scale.float()[..., None] + self.zero.float()[..., None]).reshape(out, cols)
 
 
 def quantize(weight: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantWeight:
@@ -80,26 +83,28 @@ def quantize(weight: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantW
         raise ValueError(f"int4 needs the input width ({cols}) to be a multiple of the group size ({group})")
     groups = w.reshape(out, cols // group, group)  # (out, G, group)
     lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)  # (out, G)
-    best_err = best_scale = best_low = None
+    best = None  # (err, scale, zero), each (out, G)
     for frac in CLIP_CANDIDATES:  # shrink the range around its middle; keep the best per group
         mid, half = (hi + lo) / 2, (hi - lo) / 2 * frac
-        scale = (2 * half / 15).clamp_min(1e-6)  # stays above zero in float16
-        low = mid - half
-        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15)
-        err = (q * scale[..., None] + low[..., None] - groups).square().sum(dim=-1)  # (out, G)
-        if best_err is None:
-            best_err, best_scale, best_low = err, scale, low
+        # Rounded to bfloat16 before q is chosen and the error measured: q is the best choice for the
+        # values actually kept, and the search judges each range by what will really be computed.
+        scale = to_stored((2 * half / 15).clamp_min(1e-6))
+        zero = to_stored(mid - half + 8 * scale)
+        q = ((groups - zero[..., None]) / scale[..., None]).round().clamp(-8, 7)
+        err = (q * scale[..., None] + zero[..., None] - groups).square().sum(dim=-1)  # (out, G)
+        if best is None:
+            best = (err, scale, zero)
         else:
-            better = err < best_err
-            best_err = torch.where(better, err, best_err)
-            best_scale = torch.where(better, scale, best_scale)
-            best_low = torch.where(better, low, best_low)
-    # Stored in float16 (a sixteenth of a 4-bit weight's bytes each), and rounded before q is chosen
-    # so that q is the best choice for the values actually kept.
-    best_scale, best_low = best_scale.half(), best_low.half()
-    scale, low = best_scale.float()[..., None], best_low.float()[..., None]
-    q = ((groups - low) / scale).round().clamp(0, 15).to(torch.uint8)
-    return QuantWeight(4, pack_nibbles(q.reshape(out, cols)), best_scale, best_low, group)
+            better = err < best[0]
+            best = tuple(torch.where(better, new, old) for new, old in zip((err, scale, zero), best))
+    _, scale, zero = best
+    q = ((groups - zero[..., None]) / scale[..., None]).round().clamp(-8, 7) + 8
+    return QuantWeight(4, pack_nibbles(q.to(torch.uint8).reshape(out, cols)), scale.bfloat16(), zero.bfloat16(), group)
+
+
+def to_stored(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> the nearest bfloat16 value, as float32 (what int4 scale and zero are stored in)."""
+    return x.bfloat16().float()
 
 
 def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -132,15 +137,14 @@ class QuantLinear(nn.Module):
             self.register_buffer("scale", weight.scale.to(device=device, dtype=dtype, copy=True))
         elif self.kernel:
             # The CPU kernel wants its own packed layout and (in/group, out, 2) scales and zeros with
-            # w = (q - 8) * scale + zero, i.e. zero = low + 8 * scale.
+            # w = (q - 8) * scale + zero: the stored form itself, in bfloat16 (exact in bf16 and fp32).
             self.register_buffer("q", torch.ops.aten._convert_weight_to_int4pack_for_cpu(unpack_nibbles(weight.q).to(torch.int32), 1))
-            scale = weight.scale.float()
-            zero = weight.low.float() + 8 * scale
-            self.register_buffer("scale", torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype))
+            scale_zero = torch.stack([weight.scale, weight.zero], dim=-1)  # (out, in/group, 2)
+            self.register_buffer("scale", scale_zero.transpose(0, 1).contiguous().to(dtype))
         else:
             self.register_buffer("q", weight.q.to(device))
             self.register_buffer("scale", weight.scale.to(device))
-            self.register_buffer("low", None if weight.low is None else weight.low.to(device))
+            self.register_buffer("zero", None if weight.zero is None else weight.zero.to(device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (n, in)
@@ -149,7 +153,7 @@ class QuantLinear(nn.Module):
         elif self.kernel:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.q, self.group, self.scale)
         else:
-            stored = QuantWeight(self.bits, self.q, self.scale, getattr(self, "low", None), self.group)
+            stored = QuantWeight(self.bits, self.q, self.scale, getattr(self, "zero", None), self.group)
             y = F.linear(rows, stored.dequantize().to(x.dtype))
         if self.bias is not None:
             y = y + self.bias
@@ -167,11 +171,11 @@ class QuantEmbedding(nn.Module):
         self.bits, self.group, self.dtype = weight.bits, weight.group, dtype
         self.register_buffer("q", weight.q.to(device))
         self.register_buffer("scale", weight.scale.to(device))
-        self.register_buffer("low", None if weight.low is None else weight.low.to(device))
+        self.register_buffer("zero", None if weight.zero is None else weight.zero.to(device))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1)
-        rows = QuantWeight(self.bits, self.q[flat], self.scale[flat], None if self.low is None else self.low[flat], self.group)
+        rows = QuantWeight(self.bits, self.q[flat], self.scale[flat], None if self.zero is None else self.zero[flat], self.group)
         return rows.dequantize().to(self.dtype).reshape(*ids.shape, -1)  # (..., d)
 
 

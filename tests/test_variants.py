@@ -12,7 +12,7 @@ from conftest import run_checked, tokens
 from specdec import quant, variant_store, variants
 from specdec.acceptance import speculative_sample
 from specdec.config import GenerationConfig
-from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize
+from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
 from specdec.sampling import probs_from_logits
 from specdec.variant_store import SubsetHead
 from specdec.variants import VARIANTS, VariantSpec, parse_variant
@@ -110,6 +110,24 @@ def test_quantized_linear_computes_x_times_the_dequantized_weight(bits, dtype):
         got = layer(x.to(dtype)).float()
         assert got.shape == (2, 3, 96)
         torch.testing.assert_close(got, want, atol=tol, rtol=0.02)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_int4_kernel_gets_exactly_the_dequantized_weights(dtype):
+    # Groups whose range is small beside their offset: a zero point rounded on its way to the
+    # kernel (bf16 keeps 8 significant bits) would move them by whole steps.
+    torch.manual_seed(2)
+    w = 0.02 * torch.randn(16, 128)
+    w[:8, :32] = 0.5 + 0.001 * torch.randn(8, 32)
+    w[8:, 64:96] = -3.0 + 0.01 * torch.randn(8, 32)
+    qw = quantize(w, 4, group=32)
+    layer = QuantLinear(qw, None, dtype, torch.device("cpu"), kernel=True)
+    scale, zero = layer.scale.float().unbind(-1)  # (in/group, out) each: what the kernel is given
+    q = unpack_nibbles(qw.q).float().reshape(16, 4, 32)
+    given = ((q - 8) * scale.T[..., None] + zero.T[..., None]).reshape(16, 128)
+    steps = (given - qw.dequantize()).abs() / qw.scale.float().repeat_interleave(32, dim=1)
+    assert steps.max() <= 1e-3  # in units of each group's step
+    assert (qw.dequantize() - w).abs()[:8, :32].max() < 0.001  # and the offset groups are still quantized well
 
 
 @pytest.mark.parametrize("bits", [8, 4])
