@@ -73,7 +73,7 @@ def main() -> int:
           f"99.99th percentile {high:.4f} steps; over 0.1 step: {over_tenth} ({over_tenth / total:.2e})")
     print(f"rms error against the weights, relative to their rms: dequantize() {(sq_stored / sq_weight) ** 0.5:.5f}, "
           f"kernel {(sq_kernel / sq_weight) ** 0.5:.5f}")
-    if args.kernel:
+    if args.kernel and worst_name:  # (nothing to check when no weight differs)
         module = model.get_submodule(worst_name)
         qw = quantize(module.weight, 4)
         layer = QuantLinear(qw, None, torch.bfloat16, torch.device("cpu"), kernel=True)
