@@ -1,6 +1,6 @@
 """How much of one target pass is not matrix work, and what a static cache and torch.compile change.
 
-    HF_HUB_OFFLINE=1 flock /tmp/specdec-heavy.lock python scripts/pass_overhead.py overhead [--dtype fp32]
+    HF_HUB_OFFLINE=1 flock /tmp/specdec-heavy.lock python scripts/pass_overhead.py overhead [--dtype fp32] [--threads 1 --clock process]
     HF_HUB_OFFLINE=1 flock /tmp/specdec-heavy.lock python scripts/pass_overhead.py compile [--dtype fp32]
 
 `overhead`: the embedded target (converted copy), 200 cached positions, one decode pass (1 token)
@@ -48,6 +48,9 @@ def ids_for(model, n: int) -> torch.Tensor:
     return (torch.arange(n) * 7919 + 13) % model.config.vocab_size  # any tokens: cost does not depend on which
 
 
+CLOCK = time.perf_counter  # --clock process: CPU seconds of this process (steadier on a shared machine, with --threads 1)
+
+
 def median_passes(run, sizes=SIZES, repeats=REPEATS) -> dict[int, float]:
     """run(n) performs one pass over n tokens and rolls back; sizes interleaved over the repeats."""
     for n in sizes:
@@ -55,9 +58,9 @@ def median_passes(run, sizes=SIZES, repeats=REPEATS) -> dict[int, float]:
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats):
         for n in sizes:
-            start = time.perf_counter()
+            start = CLOCK()
             run(n)
-            times[n].append(time.perf_counter() - start)
+            times[n].append(CLOCK() - start)
     return {n: statistics.median(t) for n, t in times.items()}
 
 
@@ -137,9 +140,15 @@ def main() -> None:
     parser.add_argument("what", choices=["overhead", "compile"])
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--mode", default="default", help="torch.compile mode")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "process" else time.perf_counter
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "clock": args.clock}), flush=True)
     if args.what == "overhead":
         overhead(args.dtype)
     else:

@@ -15,7 +15,7 @@ K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/k_policy.py
 class GenerationConfig:
     max_new_tokens: int = 64  # stop after this many new tokens
     k: int = 5  # draft length (the starting length when adaptive)
-    k_policy: str = "fixed"  # how K is chosen each step: fixed | adaptive (+2 after a full accept, -1 otherwise) | cost (from the measured pass costs and the acceptance so far; K may be 0)
+    k_policy: str = "fixed"  # how K is chosen each step: fixed | adaptive | cost (K may be 0; specdec/k_policy.py)
     adaptive_k: bool = False  # the older way to ask for k_policy "adaptive" (records, the page and the API send it)
     k_max: int = 16  # upper bound for adaptive K and for the cost policy's K
     draft_confidence: float = 0.0  # stop drafting once the draft's top probability falls below this; 0 = off

@@ -20,6 +20,7 @@ import torch
 from .acceptance import greedy_accept, speculative_sample
 from .cached_model import CachedModel
 from .config import GenerationConfig
+from .cost_table import costs_for
 from .drafters import Draft, LookupDrafter, ModelDrafter
 from .events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, PLAIN, StepEvent
 from .k_policy import Choice, CostK, make_policy
@@ -66,8 +67,6 @@ class Decoding:
         self.target = CachedModel(pair.target, pair.vocab_size)
         self.costs = costs  # the cost table (cost K policy only): read or measured now, before the run's clock
         if config.policy == "cost" and config.drafter != "none" and costs is None:
-            from .cost_table import costs_for
-
             self.costs = costs_for(pair, config, target=self.target.model)
         uses_model = config.drafter in ("model", "auto")
         draft = draft_model(pair, config.draft_variant) if uses_model else None  # built once per pair and variant
