@@ -72,8 +72,8 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
             page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
             with gr.Row():
                 page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
-                page.pause = gr.Checkbox(False, label="Pause drafting while it makes fewer tokens/s than plain steps",
-                                         elem_id="pause-unprofitable")
+                page.cost_k = gr.Checkbox(False, label="K from this machine's pass costs (0 where drafting would not pay)",
+                                          elem_id="k-policy-cost")
             with gr.Row():
                 page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
                 page.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")

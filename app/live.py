@@ -74,7 +74,7 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
         adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
         top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
         drafter=values[page.drafter], draft_variant=values[page.draft_variant],
-        pause_unprofitable=_flag("pause_unprofitable", values[page.pause]),
+        k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
     ).validate()
 
 

@@ -54,7 +54,7 @@ class TheorySession:
         self.speedup = measured_speedup(metrics, plain)
         if metrics.drafted and metrics.cost_ratio_c is not None:
             label = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
-            label = f"#{len(self.points) + 1} {label} K={config.k}" + (" adaptive" if config.adaptive_k else "")
+            label = f"#{len(self.points) + 1} {label} K={config.k}" + (f" {config.policy}" if config.policy != "fixed" else "")
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
             hover = (f"{label}: \u03b1 {metrics.alpha:.2f}, c {metrics.cost_ratio_c:.3f}, "
                      f"{metrics.tokens_per_step:.2f} tokens per pass{measured}")

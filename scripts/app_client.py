@@ -81,4 +81,4 @@ LABELS = {"prompt": "Prompt", "pair": "Model pair", "drafter": "Drafter", "k": "
           "top_p": "Top-p", "max_new_tokens": "Max new tokens", "top_k": "Top-k (0 = off)", "seed": "Seed",
           "compare": "Compare with plain decoding", "show_rejected": "Show rejected draft tokens",
           "draft_variant": "Draft variant", "plain_int4": "Plain decoding, int4 target (lossy)",
-          "pause_unprofitable": "Pause drafting while it makes fewer tokens/s than plain steps"}
+          "cost_k": "K from this machine's pass costs (0 where drafting would not pay)"}

@@ -24,6 +24,7 @@ from .bench_report import machine_info, summarize_results, table
 from .cached_model import CpuLinear
 from .compare import departure, first_difference
 from .config import MAX_K, GenerationConfig
+from .cost_table import costs_for
 from .engine import Decoding
 from .metrics import summarize
 from .models import DTYPES, ModelPair
@@ -59,9 +60,11 @@ def split_mode(mode: str) -> tuple[str, str | None]:
     return base, variant or None
 
 
-def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16") -> GenerationConfig:
+def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16",
+                k_policy: str | None = None) -> GenerationConfig:
     """Our engine's settings for a mode. `schedule` applies to `spec` and, on the HF side, to
     `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise.
+    `k_policy`, when given, is `spec`'s K policy instead (specdec/k_policy.py: fixed, adaptive, cost).
     `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`)."""
     mode, own = split_mode(mode)
     base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM,
@@ -69,7 +72,8 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: 
     if mode in ("plain", "plain_int4"):
         return replace(base, drafter="none", draft_variant="bf16")
     if mode == "spec":
-        return replace(base, drafter="model", adaptive_k=schedule == "heuristic", k_max=MAX_K)
+        policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
+        return replace(base, drafter="model", k_policy=policy, k_max=MAX_K)
     if mode == "lookup":
         return replace(base, drafter="lookup", draft_variant="bf16")
     if mode == "best":
@@ -80,9 +84,10 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: 
 def best_config(base: GenerationConfig) -> GenerationConfig:
     """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
     lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
-    otherwise; K adapts within 1..8; the draft stops early when unsure (a rejected draft token
-    costs a draft pass for nothing); drafting pauses while it makes fewer tokens/s than plain steps."""
-    return replace(base, drafter="auto", adaptive_k=True, k_max=8, draft_confidence=0.4, pause_unprofitable=True)
+    otherwise; K chosen each step from this machine's pass costs and the acceptance so far, within
+    0..8 (0: a plain step where drafting would not pay; specdec/k_policy.py); the draft stops
+    early when unsure (a rejected draft token costs a draft pass for nothing)."""
+    return replace(base, drafter="auto", k_policy="cost", k_max=8, draft_confidence=0.4)
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -92,6 +97,8 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     config.validate()
     if config.drafter in ("model", "auto"):
         draft_model(pair, config.draft_variant)  # built or loaded once, before the clock starts
+    if config.policy == "cost" and config.drafter != "none":
+        costs_for(pair, config, progress=True)  # cached, or measured once, before the clock starts
     start = time.perf_counter()
     events = list(Decoding(pair, prompt_ids, config))  # prefill happens inside
     seconds = time.perf_counter() - start
@@ -199,11 +206,11 @@ def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_to
     return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16") -> dict:
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None) -> dict:
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
         return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
     if split_mode(mode)[0] in OURS:
-        return run_ours(pair, prompt_ids, mode_config(mode, k, max_new_tokens, schedule, variant))
+        return run_ours(pair, prompt_ids, mode_config(mode, k, max_new_tokens, schedule, variant, k_policy))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
 
@@ -249,6 +256,7 @@ def bench(
     max_new_tokens: int = 96,
     repeats: int = 1,
     schedule: str = "constant",
+    k_policy: str | None = None,
     warmup_tokens: int = 8,
     log=lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict:
@@ -264,7 +272,7 @@ def bench(
     variant_of = {m: split_mode(m)[1] or variants[0] for m in modes if split_mode(m)[0] in DRAFT_MODES}
 
     def run(mode, prompt_ids, tokens):
-        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"))
+        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy)
 
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
     # building (or loading) draft variants and the int4 target, which the timed runs then reuse.
@@ -326,15 +334,14 @@ def bench(
         "summary": summary,
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
-                     "schedule": schedule, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
+                     "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
                      "timing": "wall time of the whole generate call, prompt prefill included, median over repeats"},
     }
 
 
 def _best_description() -> str:
     b = best_config(GenerationConfig())
-    return (f"drafter={b.drafter}, adaptive_k={b.adaptive_k}, k_max={b.k_max}, draft_confidence={b.draft_confidence}, "
-            f"pause_unprofitable={b.pause_unprofitable}")
+    return f"drafter={b.drafter}, k_policy={b.k_policy}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
 
 
 def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
@@ -357,7 +364,7 @@ def run_bench(args) -> int:
     set_draft_dtype(pair, getattr(args, "draft_dtype", None))
     modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
     report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), k=args.k, max_new_tokens=args.max_new_tokens,
-                   repeats=args.repeats, schedule=getattr(args, "schedule", "constant"))
+                   repeats=args.repeats, schedule=getattr(args, "schedule", "constant"), k_policy=getattr(args, "k_policy", None))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

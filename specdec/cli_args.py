@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .config import DEFAULT_PAIR, DRAFTERS, MAX_K, PRESETS, GenerationConfig
+from .config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
 from .variants import VARIANTS, default_variant
 
 
@@ -25,12 +25,19 @@ def add_variant_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
     p.add_argument("--draft-variant", help=f"the draft as run: {', '.join(VARIANTS)} (default: the measured default for this machine{more})")
 
 
+def add_k_policy_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k-policy", choices=K_POLICIES, default=None,
+                   help="how K is chosen each step: fixed (default); adaptive: +2 after a fully accepted draft, -1 otherwise; "
+                        "cost: the K (0 = no drafting) with the most predicted tokens/s from this machine's pass costs "
+                        "(measured once, cached) and the acceptance so far")
+
+
 def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain decoding")
     p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
-    p.add_argument("--adaptive", action="store_true", help="adapt K: +2 after a fully accepted draft, -1 otherwise")
+    add_k_policy_arg(p)
+    p.add_argument("--adaptive", action="store_true", help="the same as --k-policy adaptive")
     p.add_argument("--draft-confidence", type=float, default=0.0, help="stop drafting when the draft's top probability falls below this (0 = off)")
-    p.add_argument("--pause-unprofitable", action="store_true", help="draft nothing for a while when drafting made fewer tokens/s than plain steps")
     add_variant_arg(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -42,10 +49,20 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
 
 def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
     return GenerationConfig(
-        max_new_tokens=args.max_new_tokens, k=args.k, adaptive_k=args.adaptive, draft_confidence=args.draft_confidence,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, drafter=args.drafter,
-        draft_variant=draft_variant, pause_unprofitable=args.pause_unprofitable,
+        max_new_tokens=args.max_new_tokens, k=args.k, k_policy=k_policy_of(args),
+        draft_confidence=args.draft_confidence, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, drafter=args.drafter, draft_variant=draft_variant,
     ).validate()
+
+
+def k_policy_of(args) -> str:
+    """--k-policy, with --adaptive as its older spelling (both given must agree)."""
+    chosen = getattr(args, "k_policy", None)
+    if getattr(args, "adaptive", False):
+        if chosen not in (None, "adaptive"):
+            raise ValueError(f"--adaptive means --k-policy adaptive, and --k-policy {chosen} was given too")
+        return "adaptive"
+    return chosen or "fixed"
 
 
 def variant_names(args, pair) -> list[str]:
@@ -83,5 +100,6 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-dtype", choices=list(DTYPES), help="the draft model's dtype (default: --dtype)")
     p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
     p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")
+    add_k_policy_arg(p)  # for `spec`, instead of --schedule; hf_assisted keeps --schedule
     p.add_argument("--modes", default=",".join(DEFAULT_MODES),
                    help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4)")

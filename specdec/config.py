@@ -8,14 +8,16 @@ from dataclasses import dataclass
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
 DRAFTERS = ("model", "lookup", "auto", "none")
+K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/k_policy.py
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     max_new_tokens: int = 64  # stop after this many new tokens
     k: int = 5  # draft length (the starting length when adaptive)
-    adaptive_k: bool = False  # +2 after a fully accepted draft, -1 otherwise, within [1, k_max]
-    k_max: int = 16  # upper bound for adaptive K
+    k_policy: str = "fixed"  # how K is chosen each step: fixed | adaptive | cost (K may be 0; specdec/k_policy.py)
+    adaptive_k: bool = False  # the older way to ask for k_policy "adaptive" (records, the page and the API send it)
+    k_max: int = 16  # upper bound for adaptive K and for the cost policy's K
     draft_confidence: float = 0.0  # stop drafting once the draft's top probability falls below this; 0 = off
     temperature: float = 0.0  # 0 = greedy; otherwise rejection sampling at this temperature
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
@@ -24,11 +26,15 @@ class GenerationConfig:
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/variants.py)
-    pause_unprofitable: bool = False  # stop drafting while the measured drafts make fewer tokens/s than plain steps would
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def policy(self) -> str:
+        """The K policy in effect: k_policy, or "adaptive" when asked for by its older name."""
+        return "adaptive" if self.adaptive_k else self.k_policy
 
     def validate(self) -> "GenerationConfig":
         """Raise ValueError naming the first field outside its allowed range; return self."""
@@ -44,6 +50,12 @@ class GenerationConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not _is_number(self.draft_confidence) or not 0 <= self.draft_confidence < 1:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence!r}")
+        if self.k_policy not in K_POLICIES:
+            raise ValueError(f"k_policy must be one of {', '.join(K_POLICIES)}, got {self.k_policy!r}")
+        if not isinstance(self.adaptive_k, bool):
+            raise ValueError(f"adaptive_k must be true or false, got {self.adaptive_k!r}")
+        if self.adaptive_k and self.k_policy == "cost":
+            raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         from .variants import parse_variant  # raises naming draft_variant and the allowed names

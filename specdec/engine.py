@@ -5,6 +5,8 @@ token (that token is fed at the start of the next target pass, followed by the n
 draft model's cache holds the same, or one position less after a fully accepted draft (its last
 draft token and the bonus token are fed together at the start of the next draft).
 Plain decoding is this same loop with nothing drafted: one token per target pass.
+How many tokens to draft each step is a K policy's choice (specdec.k_policy), made from counts and
+a cost table fixed before the run, never from the clock, so seeded runs are reproducible.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import torch
 from .acceptance import greedy_accept, speculative_sample
 from .cached_model import CachedModel
 from .config import GenerationConfig
+from .cost_table import costs_for
 from .drafters import Draft, LookupDrafter, ModelDrafter
 from .events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, PLAIN, StepEvent
+from .k_policy import Choice, CostK, make_policy
 from .models import ModelPair
+from .passcost import PassCosts
 from .sampling import probs_from_logits
 from .text import TextTracker
 from .variants import draft_model
@@ -34,67 +39,32 @@ def generate(
     chat: bool | None = None,
     stop: threading.Event | None = None,
     decoding: type[Decoding] | None = None,
+    costs: PassCosts | None = None,
 ) -> "Decoding":
     """Validate the input, then stream one StepEvent per target forward pass. `decoding`: the class
     that runs it, a Decoding that may look on without changing the events (specdec.detail's
-    DetailedDecoding records what the step panel shows; specdec.detail.generate_detailed)."""
+    DetailedDecoding records what the step panel shows; specdec.detail.generate_detailed).
+    costs: the cost table the cost K policy reads (default: specdec.cost_table's, cached or
+    measured here, before the run's clock starts)."""
     config.validate()
     prompt_ids = pair.encode_prompt(prompt, chat=pair.chat if chat is None else chat, max_new_tokens=config.max_new_tokens)
     if config.drafter in ("model", "auto") and pair.draft is None:
         raise ValueError(f"drafter 'model' needs a draft model, and pair {pair.name!r} has none")
-    return (decoding or Decoding)(pair, prompt_ids, config, stop)
-
-
-class DraftLength:
-    """The K policy: fixed, or adaptive (+2 after a fully accepted draft, -1 otherwise).
-
-    With pause_unprofitable it also stops drafting where drafting does not pay at the measured
-    costs: when the last WINDOW drafting steps made fewer tokens per second than plain steps
-    (one token per target pass) would have, the next PAUSE steps draft nothing (their events say
-    `paused`); then it tries again from K = 1. Plain steps measure the one-token pass; until one
-    has run, a drafting step's own target pass stands in for it (which favours drafting)."""
-
-    WINDOW = 6  # drafting steps judged together
-    PAUSE = 8  # plain steps before drafting is tried again
-
-    def __init__(self, config: GenerationConfig):
-        self.k = config.k
-        self.adaptive = config.adaptive_k
-        self.k_max = max(config.k, config.k_max)
-        self.pause_unprofitable = config.pause_unprofitable
-        self.paused = 0  # plain steps left in the current pause
-        self.recent: list[tuple[int, float]] = []  # (tokens emitted, seconds) of recent drafting steps
-        self.plain_pass_s: float | None = None  # latest one-token target pass
-
-    def next_k(self) -> int:
-        return 0 if self.paused else self.k
-
-    def update(self, drafted: int, accepted: int, draft_s: float = 0.0, verify_s: float = 0.0) -> None:
-        if self.paused:
-            self.paused -= 1
-            self.plain_pass_s = verify_s
-            if not self.paused:
-                self.k = 1
-            return
-        if self.adaptive and drafted:
-            self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
-        if not (self.pause_unprofitable and drafted):
-            return
-        self.recent = [*self.recent, (accepted + 1, draft_s + verify_s)][-self.WINDOW :]
-        tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
-        plain_rate = 1 / (self.plain_pass_s or verify_s)
-        if len(self.recent) == self.WINDOW and tokens / seconds < plain_rate:
-            self.paused, self.recent = self.PAUSE, []
+    return (decoding or Decoding)(pair, prompt_ids, config, stop, costs)
 
 
 class Decoding:
     """One generation run; iterate it for the StepEvents. Its caches are open to inspection
     (the tests check the rollback after every step)."""
 
-    def __init__(self, pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, stop=None):
+    def __init__(self, pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, stop=None,
+                 costs: PassCosts | None = None):
         self.pair, self.config, self.stop = pair, config, stop
         self.generator = torch.Generator(device=pair.device).manual_seed(config.seed)  # seeded once per run
         self.target = CachedModel(pair.target, pair.vocab_size)
+        self.costs = costs  # the cost table (cost K policy only): read or measured now, before the run's clock
+        if config.policy == "cost" and config.drafter != "none" and costs is None:
+            self.costs = costs_for(pair, config, target=self.target.model)
         uses_model = config.drafter in ("model", "auto")
         draft = draft_model(pair, config.draft_variant) if uses_model else None  # built once per pair and variant
         self.model_drafter = ModelDrafter(draft, pair.vocab_size, config, self.generator) if uses_model else None
@@ -109,7 +79,7 @@ class Decoding:
         pair, config, stop = self.pair, self.config, self.stop
         target, model_drafter, lookup, seq = self.target, self.model_drafter, self.lookup, self.seq
         device = pair.device
-        draft_length = DraftLength(config)
+        policy = make_policy(config.policy if config.drafter != "none" else "fixed", config.k, config.k_max, self.costs)
         text = TextTracker(pair.tokenizer, seq)
 
         prefix = torch.tensor(seq[:-1], device=device)
@@ -123,8 +93,10 @@ class Decoding:
         for step in range(config.max_new_tokens):
             if stop is not None and stop.is_set():
                 return
+            source = drafter_at(seq, config, lookup) if isinstance(policy, CostK) else "model"
+            choice = policy.choose(source) if config.drafter != "none" else Choice(0)
             # Leave room for the target's own token so a step never overshoots max_new_tokens.
-            k = 0 if config.drafter == "none" else min(draft_length.next_k(), config.max_new_tokens - total - 1)
+            k = min(choice.k, config.max_new_tokens - total - 1)
 
             t0 = time.perf_counter()
             draft = propose(seq, k, lookup, model_drafter, device)
@@ -198,15 +170,16 @@ class Decoding:
                 k=k,
                 greedy=config.greedy,
                 finish=finish,
-                paused=bool(draft_length.paused),
+                paused=choice.paused,
                 drafter=draft.source if drafted else "",
+                predicted_tok_s=choice.predicted_tok_s,
             )
             handed_over = time.perf_counter()
             yield event
             held_s += time.perf_counter() - handed_over
             if finish is not None:
                 return
-            draft_length.update(len(drafted), n, t1 - t0, t2 - t1)
+            policy.update(choice, len(drafted), n, draft.source or source)  # counts only, never the clock
 
     def verify(self, draft: Draft, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The acceptance rule: (n_accepted, next_token) as device tensors. logits, probs: (K+1, V).
@@ -215,6 +188,14 @@ class Decoding:
         if self.config.greedy:
             return greedy_accept(draft.ids, logits)
         return speculative_sample(draft.ids, probs, draft.q, self.generator)
+
+
+def drafter_at(seq: list[int], config: GenerationConfig, lookup: LookupDrafter | None) -> str:
+    """Who will draft this step (the cost policy prices the two apart): prompt lookup where it has
+    a match (whether it has one does not depend on K), else the draft model."""
+    if config.drafter == "lookup" or (lookup is not None and lookup.propose_ids(seq, 1)):
+        return "lookup"
+    return "model"
 
 
 def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDrafter | None, device) -> Draft:

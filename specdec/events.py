@@ -39,8 +39,9 @@ class StepEvent:
     k: int = 0  # draft length asked for this step (0 for plain decoding)
     greedy: bool = True  # greedy rule (keep drafts equal to the target's argmax), else rejection sampling
     finish: str | None = None  # set on the last event when the run ends by "eos" or "length" (a stop ends it between events)
-    paused: bool = False  # nothing drafted because drafting did not pay at the measured costs (pause_unprofitable)
+    paused: bool = False  # K = 0 chosen by the cost K policy: drafting would not pay at the measured costs and the acceptance so far
     drafter: str = ""  # who drafted this step: "model" (a draft-model pass per token), "lookup" (no model pass), "" (nothing drafted)
+    predicted_tok_s: float | None = None  # tokens/s the cost K policy predicted for this step at its K (None: another policy)
 
     @property
     def rejected(self) -> tuple[int, ...]:

@@ -69,7 +69,7 @@ def draft_passes(config: GenerationConfig) -> int:
     """Most draft-model passes one step can make."""
     if config.drafter in ("lookup", "none"):
         return 0
-    return max(config.k, config.k_max) if config.adaptive_k else config.k
+    return max(config.k, config.k_max) if config.policy != "fixed" else config.k
 
 
 def call_seconds(config: GenerationConfig, compare: bool, costs: PassCosts) -> float:
@@ -94,7 +94,7 @@ def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, second
     if need <= seconds:
         return
     fit = max_new_tokens_within(seconds, config, compare, costs)
-    settings = f"K={config.k}" + (" (adaptive, up to {})".format(max(config.k, config.k_max)) if config.adaptive_k else "")
+    settings = f"K={config.k}" + (" ({}, up to {})".format(config.policy, max(config.k, config.k_max)) if config.policy != "fixed" else "")
     settings += " and the plain comparison" if compare else ""
     raise ValueError(
         f"max_new_tokens={config.max_new_tokens} could need up to {need:.0f} s of GPU time with {settings}; "

@@ -57,9 +57,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_passes(model: CachedModel, ids: list[int], sizes, repeats: int, last_only: bool = False) -> list[float]:
+def time_passes(model: CachedModel, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
     """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes;
-    the cache is cropped back after each pass. ids: at least max(sizes) tokens."""
+    the cache is cropped back after each pass. ids: at least max(sizes) tokens. tick(): called
+    after each timed pass (a progress bar)."""
     base = model.length
     feed = torch.tensor(ids, device=model.device)
     runs: dict[int, list[float]] = {n: [] for n in sizes}
@@ -71,27 +72,40 @@ def time_passes(model: CachedModel, ids: list[int], sizes, repeats: int, last_on
             _sync(model.device)
             runs[n].append(time.perf_counter() - start)
             model.crop(base)
+            if tick is not None:
+                tick()
     return [statistics.median(runs[n]) for n in sizes]
 
 
-def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:
-    """Time target and draft passes after a cache filled with (the end of) context_ids."""
+def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
+    """How many timed passes measure_models makes (the length of its progress bar)."""
+    return repeats * (len(sizes) + (1 if with_draft else 0))
+
+
+def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None) -> PassCosts:
+    """Time passes of these target and draft modules (draft may be None) after a cache filled with
+    (the end of) context_ids: the target over each size, the draft over one token."""
     if not context_ids:
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])
     feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]  # any real tokens do: cost does not depend on which
-    prefix = torch.tensor(context, device=pair.device)
-    target = CachedModel(pair.target, pair.vocab_size)
-    target.prefill(prefix)
-    time_passes(target, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
-    target_s = time_passes(target, feed, tuple(sizes), repeats)
+    target_lm = CachedModel(target, vocab_size)
+    prefix = torch.tensor(context, device=target_lm.device)
+    target_lm.prefill(prefix)
+    time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
+    target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
     draft_s = None
-    if pair.draft is not None:
-        draft = CachedModel(pair.draft, pair.vocab_size)
-        draft.prefill(prefix)
-        time_passes(draft, feed, (1,), 1, last_only=True)
-        (draft_s,) = time_passes(draft, feed, (1,), repeats, last_only=True)  # the drafter asks for the last logits only
+    if draft is not None:
+        draft_lm = CachedModel(draft, vocab_size)
+        draft_lm.prefill(prefix.to(draft_lm.device))
+        time_passes(draft_lm, feed, (1,), 1, last_only=True)
+        (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only
     return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats)
+
+
+def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:
+    """Time the pair's target and (stock) draft passes after a cache filled with (the end of) context_ids."""
+    return measure_models(pair.target, pair.draft, pair.vocab_size, context_ids, sizes, repeats)
 
 
 def one_token_pass_s(decoding, repeats: int = 3) -> float | None:

@@ -180,6 +180,7 @@ def from_json(text: str | bytes) -> RunRecord:
 
 
 def _config(settings: dict) -> GenerationConfig:
+    settings = _renamed(settings)
     known = {f.name for f in fields(GenerationConfig)}
     unknown = sorted(set(settings) - known)
     if unknown:
@@ -188,6 +189,20 @@ def _config(settings: dict) -> GenerationConfig:
         return GenerationConfig(**settings).validate()
     except (TypeError, ValueError) as err:
         raise RecordError(f"settings: {err}") from None
+
+
+def _renamed(settings: dict) -> dict:
+    """Settings as older records wrote them: `pause_unprofitable` (stop drafting while it did not
+    pay) is now the cost K policy, k_policy "cost"."""
+    if "pause_unprofitable" not in settings:
+        return settings
+    settings = dict(settings)
+    pause = settings.pop("pause_unprofitable")
+    if not isinstance(pause, bool):
+        raise RecordError(f"settings: pause_unprofitable must be true or false, got {_shown(pause)}")
+    if pause and not settings.get("adaptive_k") and settings.get("k_policy", "fixed") == "fixed":
+        settings["k_policy"] = "cost"
+    return settings
 
 
 _NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "text", dict: "an object", list: "a list"}
@@ -209,7 +224,7 @@ def _is(value, kind) -> bool:
 # StepEvent's annotations (strings under `from __future__ import annotations`) -> (kind, is a tuple, may be None).
 _TYPES = {
     "int": (int, False, False), "float": (float, False, False), "bool": (bool, False, False), "str": (str, False, False),
-    "str | None": (str, False, True), "tuple[int, ...]": (int, True, False), "tuple[float, ...]": (float, True, False),
+    "str | None": (str, False, True), "float | None": (float, False, True), "tuple[int, ...]": (int, True, False), "tuple[float, ...]": (float, True, False),
     "tuple[str, ...]": (str, True, False),
 }
 

@@ -22,7 +22,7 @@ class SweepPoint:
 
 
 def sweep_k(pair, prompt: str, config: GenerationConfig, ks=SWEEP_KS, *, plain_events=None, chat=None, stop=None) -> Iterator[SweepPoint]:
-    """Yield one point per K (fixed K: adaptive off), in the order of ks. `plain_events`: a plain
+    """Yield one point per K (fixed K: the adaptive and cost policies off), in the order of ks. `plain_events`: a plain
     run with the same settings, run here when not given. A set `stop` ends the sweep between steps."""
     if plain_events is None:
         plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat, stop=stop))
@@ -30,7 +30,7 @@ def sweep_k(pair, prompt: str, config: GenerationConfig, ks=SWEEP_KS, *, plain_e
     for k in ks:
         if stop is not None and stop.is_set():
             return
-        events = list(generate(pair, prompt, replace(config, k=k, adaptive_k=False), chat=chat, stop=stop))
+        events = list(generate(pair, prompt, replace(config, k=k, adaptive_k=False, k_policy="fixed"), chat=chat, stop=stop))
         if not events or (stop is not None and stop.is_set()):
             return
         metrics = summarize_runs(events, plain_events)

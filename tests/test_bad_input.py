@@ -11,11 +11,17 @@ from specdec.models import load_pair
 @pytest.mark.parametrize("field, value", [
     ("k", 0), ("k", 33), ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -1),
     ("max_new_tokens", 0), ("max_new_tokens", MAX_NEW_TOKENS_CAP + 1), ("drafter", "oracle"),
-    ("draft_confidence", 1.0),
+    ("draft_confidence", 1.0), ("k_policy", "best"),
 ])
 def test_config_field_out_of_range(field, value):
     with pytest.raises(ValueError, match=field):
         GenerationConfig(**{field: value}).validate()
+
+
+def test_adaptive_k_and_the_cost_policy_exclude_each_other():
+    assert GenerationConfig(adaptive_k=True).validate().policy == "adaptive"  # the older spelling still works
+    with pytest.raises(ValueError, match="adaptive_k.*k_policy"):
+        GenerationConfig(adaptive_k=True, k_policy="cost").validate()
 
 
 def test_empty_prompt(tiny_pair):
@@ -67,3 +73,9 @@ def test_cli_exits_2_with_one_line(capsys, args, field):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err and "Traceback" not in err
+
+
+def test_cli_refuses_adaptive_with_another_k_policy(capsys):
+    assert main(["generate", "--pair", "tiny-random", "--prompt", "hi", "--adaptive", "--k-policy", "cost"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--k-policy" in err

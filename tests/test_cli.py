@@ -55,3 +55,17 @@ def test_generate_writes_a_run_record_the_app_can_load(capsys, tmp_path):
     assert [t for e in record.spec for t in e.emitted] == out["tokens"]
     assert [t for e in record.plain for t in e.emitted] == out["plain"]["tokens"]
     assert record.prompt == "def f(x):" and record.pair["dtype"] == "fp32"
+
+
+def test_generate_with_the_cost_policy_measures_the_cost_table_once_with_a_progress_bar(capsys, tmp_path, monkeypatch):
+    from specdec import cost_table
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost_table, "_tables", {})
+    argv = ["generate", "--pair", "tiny-random", "--dtype", "fp32", "--prompt", "for i in range(10):",
+            "--k-policy", "cost", "--max-new-tokens", "20", "--compare", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "pass costs of tiny-random" in captured.err and json.loads(captured.out)["identical_to_plain"] is True
+    assert main(argv) == 0
+    assert "pass costs" not in capsys.readouterr().err  # cached: not measured again

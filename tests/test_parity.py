@@ -4,9 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import run_checked, tokens
+from conftest import run_checked, tokens, untimed
 from specdec.config import GenerationConfig
-from specdec.events import EOS_ACCEPTED
+from specdec.engine import generate
+from specdec.events import EOS_ACCEPTED, check_invariants
+from specdec.passcost import PassCosts
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
@@ -80,29 +82,63 @@ def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
     assert 0.2 < summarize(events).acceptance_rate < 0.9
 
 
-def test_unprofitable_drafting_pauses_and_output_stays(tiny_pair, plain, monkeypatch):
-    from specdec import engine
+# The cost K policy, with hand-made cost tables (specdec.k_policy has the unit tests).
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+UNPROFITABLE = PassCosts(SIZES, tuple(0.01 * n for n in SIZES), 0.05, 200, 3)  # a draft pass dearer than 5 decode steps
+PROFITABLE = PassCosts(SIZES, (0.01,) * len(SIZES), 0.0001, 200, 3)  # a free check and a free draft
 
-    # Make every drafting step look slower than a plain step would be: drafting never pays.
-    real = engine.DraftLength.update
-    monkeypatch.setattr(engine.DraftLength, "update",
-                        lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, ds + (10.0 if d else 0.0), vs))
-    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, pause_unprofitable=True, max_new_tokens=48))
+
+def test_cost_policy_drafts_nothing_where_drafting_cannot_pay_and_probes(tiny_pair, plain):
+    events = list(generate(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48), costs=UNPROFITABLE))
+    check_invariants(events)
     assert tokens(events) == plain
     paused = [e for e in events if e.paused]
-    window = engine.DraftLength.WINDOW
-    assert paused and all(not e.drafted and e.k == 0 for e in paused)
-    assert not any(e.paused for e in events[:window])  # judged only after a full window of drafting steps
-    assert events[window].paused and not events[window + engine.DraftLength.PAUSE].paused  # then tried again
-    assert events[window + engine.DraftLength.PAUSE].k == 1
+    assert events[0].paused and all(not e.drafted and e.k == 0 for e in paused)
+    assert all(e.predicted_tok_s == pytest.approx(100.0) for e in paused)  # 1 / a one-token pass
+    # after 8 plain steps a K = 1 probe, then 16 plain steps before the next
+    probes = [e.step for e in events if not e.paused]
+    assert probes[:2] == [8, 25] and all(events[i].k == 1 for i in probes)
 
 
-def test_profitable_drafting_never_pauses(tiny_pair, plain, monkeypatch):
-    from specdec import engine
-
-    real = engine.DraftLength.update
-    # Free drafts and one fixed pass time (a power of two, so sums are exact): a drafting step makes
-    # at least one token per pass, as a plain step does, whatever the machine's timing.
-    monkeypatch.setattr(engine.DraftLength, "update", lambda self, d, a, ds=0.0, vs=0.0: real(self, d, a, 0.0, 2.0**-10))
-    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, pause_unprofitable=True, max_new_tokens=48))
+def test_cost_policy_drafts_where_drafting_pays(tiny_pair, plain):
+    events = list(generate(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48), costs=PROFITABLE))
+    check_invariants(events)
     assert tokens(events) == plain and not any(e.paused for e in events)
+    assert all(e.k > 0 and e.predicted_tok_s > 100.0 for e in events if e.total_tokens < 48 - 6)
+    assert max(e.k for e in events) == 6  # a free check: the longest draft allowed
+
+
+def test_cost_policy_recovers_through_its_probes(tiny_pair, plain, monkeypatch):
+    """A run that starts sure its drafts fail (prior alpha 0) drafts nothing, probes with K = 1
+    after 8 plain steps, and drafts again once a probe is accepted (the check is free here)."""
+    from specdec.k_policy import AcceptanceEstimate
+
+    monkeypatch.setattr(AcceptanceEstimate, "PRIOR", (0.0, 5.0))
+    config = GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48)
+    events = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    check_invariants(events)
+    assert tokens(events) == plain
+    assert all(e.paused for e in events[:8]) and events[8].k == 1 and not events[8].paused  # the first probe
+    first_accepted = next(e.step for e in events if e.accepted)
+    assert events[first_accepted + 1].k > 1 and not any(e.paused for e in events[first_accepted + 1 :])
+
+
+@pytest.mark.parametrize("drafter", ["model", "auto"])
+def test_cost_policy_with_sampling_is_reproducible_whatever_the_clock_says(tiny_pair, monkeypatch, drafter):
+    import itertools
+    import time
+
+    config = GenerationConfig(k=4, k_policy="cost", temperature=1.0, seed=3, max_new_tokens=48, drafter=drafter)
+    first = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    ticks = itertools.count()
+    # a clock whose steps take wildly different times: the decisions must not see it
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) ** 1.7 * 1e-3)
+    second = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    assert untimed(first) == untimed(second)
+
+
+def test_cost_policy_measures_its_cost_table_when_none_is_given(tiny_pair, plain, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48))
+    assert tokens(events) == plain and all(e.predicted_tok_s > 0 for e in events)
+    assert list((tmp_path / "costs").rglob("tiny-random.bf16.bf16.fp32.json"))

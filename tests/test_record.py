@@ -51,6 +51,16 @@ def test_json_round_trip_gives_back_the_same_run(record):
     assert rec.to_json(back) == text
 
 
+def test_older_records_load_with_the_k_policy_in_place_of_pause_unprofitable(record):
+    data = json.loads(rec.to_json(record))
+    settings = {name: value for name, value in data["settings"].items() if name != "k_policy"}
+    for pause, policy in ((False, "fixed"), (True, "cost")):
+        data["settings"] = {**settings, "pause_unprofitable": pause}
+        assert rec.from_json(json.dumps(data)).config.policy == policy
+    shipped = rec.from_json((ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json").read_text(encoding="utf-8"))
+    assert shipped.config.policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
+
+
 def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):
     alone = replace(record, plain=[], one_token_pass_s=0.01)
     back = rec.from_json(rec.to_json(alone))

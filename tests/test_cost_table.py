@@ -1,0 +1,85 @@
+"""specdec.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype) and
+machine, cached on disk, read back without measuring, measured again on request."""
+
+import json
+
+import pytest
+
+from specdec import cost_table
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost_table, "_tables", {})
+    return tmp_path
+
+
+@pytest.fixture
+def count_measurements(monkeypatch):
+    calls = []
+    real = cost_table.measure_models
+
+    def counting(target, *args, **kwargs):
+        calls.append(target)
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(cost_table, "measure_models", counting)
+    return calls
+
+
+def test_measured_once_then_read_from_disk(tiny_pair, cache, count_measurements, monkeypatch):
+    costs = cost_table.measure(tiny_pair, repeats=1)
+    assert costs.sizes == cost_table.SIZES and all(t > 0 for t in costs.target_s) and costs.draft_s > 0
+    assert costs.context == cost_table.CONTEXT and len(count_measurements) == 1
+    (path,) = (cache / "costs").rglob("*.json")
+    assert path.name == "tiny-random.bf16.bf16.fp32.json"
+    data = json.loads(path.read_text())
+    assert data["key"] == {"pair": "tiny-random", "target_kernel": "bf16", "draft_variant": "bf16", "dtype": "fp32"}
+    assert data["machine"]["torch"] and "threads" in data["machine"]
+    monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
+    assert cost_table.measure(tiny_pair) == costs and len(count_measurements) == 1
+    again = cost_table.measure(tiny_pair, repeats=1, refresh=True)
+    assert len(count_measurements) == 2 and again.sizes == costs.sizes
+    assert cost_table.measure(tiny_pair) == again  # the refreshed table is the one kept
+
+
+def test_one_table_per_kernel_and_variant_and_the_kernel_module_is_timed(tiny_pair, cache, count_measurements):
+    asked = []
+
+    def target():
+        asked.append(1)
+        return tiny_pair.target
+
+    cost_table.measure(tiny_pair, kernel="int8", target=target, draft_variant="int8", repeats=1)
+    cost_table.measure(tiny_pair, kernel="int8", target=target, draft_variant="int8", repeats=1)
+    assert asked == [1] and count_measurements == [tiny_pair.target]  # the module is built only to measure
+    cost_table.measure(tiny_pair, kernel="q4k", target=tiny_pair.target, draft_variant="int8", repeats=1)
+    names = sorted(p.name for p in (cache / "costs").rglob("*.json"))
+    assert names == ["tiny-random.int8.int8.fp32.json", "tiny-random.q4k.int8.fp32.json"]
+
+
+def test_a_damaged_table_is_measured_again(tiny_pair, cache, count_measurements, monkeypatch):
+    cost_table.measure(tiny_pair, repeats=1)
+    (path,) = (cache / "costs").rglob("*.json")
+    path.write_text('{"format": "specdec-costs", "version": 1, "costs": {"sizes": [1], "target_s": [-1]}}')
+    monkeypatch.setattr(cost_table, "_tables", {})
+    assert cost_table.measure(tiny_pair, repeats=1).target_s[0] > 0 and len(count_measurements) == 2
+
+
+def test_progress_bar_and_costs_for_a_config(tiny_pair, cache, capsys):
+    from specdec.config import GenerationConfig
+
+    costs = cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", draft_variant="int4"), progress=True)
+    assert "pass costs of tiny-random" in capsys.readouterr().err
+    assert list((cache / "costs").rglob("tiny-random.bf16.int4.fp32.json")) and costs.draft_s > 0
+
+
+def test_machine_folder_names_the_cpu_and_changes_with_what_decides_the_figures():
+    import torch
+
+    info = cost_table.machine(torch.device("cpu"))
+    assert info["device"] == "cpu" and set(info["cpu_flags"]) <= set(cost_table.CPU_FLAGS)
+    folder = cost_table.machine_folder(info)
+    assert folder != cost_table.machine_folder({**info, "threads": info["threads"] + 1})
+    assert folder != cost_table.machine_folder({**info, "cpu_flags": [*info["cpu_flags"], "avx512_bf16"]})
