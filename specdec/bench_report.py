@@ -172,7 +172,8 @@ def table(report: dict) -> str:
         if d and "lossy_text" in d:
             line += f"  departs at {d['index']}: {d['lossy_text']!r} for {d['exact_text']!r}; {r['agree_first_64']}/64 agree"
         elif d:
-            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}, margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            why = "" if d["margin"] is None else f", margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}{why}"
         lines.append(line)
     s = report["summary"]
     lines.append("")
