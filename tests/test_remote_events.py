@@ -145,3 +145,18 @@ def test_first_difference_without_margins():
     other = [*PLAIN_RUN[:3], replace(PLAIN_RUN[3], emitted=(7,), emitted_text=("y",)), *PLAIN_RUN[4:]]
     d = first_difference(SPEC, other)
     assert d.index == 3 and d.margin is None and d.is_tie is None
+
+
+def test_theory_tab_copes_with_a_remote_run():
+    from app import theory, theory_charts
+    from specdec.metrics import measured_speedup
+
+    spec, plain = summarize_runs(SPEC, PLAIN_RUN), summarize(PLAIN_RUN)
+    session = theory.TheorySession()
+    session.record(spec, plain, GenerationConfig(k=5), None)
+    assert session.points == [] and session.k == 5  # no c: no point on the co-design map, but K is known
+    assert session.speedup == pytest.approx(measured_speedup(spec, plain))
+    assert "appears after a speculative run" in theory.k_caption(session)  # no c, no curve to describe
+    assert "appears after a speculative run" in theory.codesign_caption(session)
+    assert theory.render_predictions(spec, plain, finished=True) == theory.WAITING  # the predictions need c
+    assert len(theory_charts.k_curve_figure(spec).data) == 0

@@ -1,0 +1,79 @@
+"""`python -m specdec engines build|serve|status`: llama.cpp's server on the embedded pair."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+
+def add_engines_command(sub) -> None:
+    e = sub.add_parser("engines", help="real engines: build llama.cpp's llama-server and serve the embedded pair")
+    actions = e.add_subparsers(dest="action", required=True)
+    b = actions.add_parser("build", help="build llama-server from source once (cached; about 8 minutes on 2 cores)")
+    b.add_argument("--if-possible", action="store_true", help="without cmake or a C++ compiler, say so and exit 0 (make test)")
+    b.set_defaults(func=cmd_build)
+    s = actions.add_parser("serve", help="serve the embedded pair's GGUF files with llama-server until Ctrl-C")
+    s.add_argument("--lane", choices=("speculative", "plain", "both"), default="both",
+                   help="speculative: with the draft model; plain: the target alone; both: one server each (default)")
+    s.add_argument("--k", type=int, default=5, help="draft tokens per step of the speculative server (default 5)")
+    s.set_defaults(func=cmd_serve)
+    actions.add_parser("status", help="whether llama-server is built, where, and for which CPU").set_defaults(func=cmd_status)
+
+
+def cmd_build(args) -> int:
+    from .llamacpp_build import BuildUnavailable, build
+
+    try:
+        path = build()
+    except BuildUnavailable as err:
+        if not args.if_possible:
+            raise
+        print(f"{err}; the llama.cpp tests will be skipped")
+        return 0
+    print(f"llama-server: {path}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .llamacpp_build import SDIST, SDIST_VERSION, build_folder, cpu_key, is_built, missing_tools
+
+    folder = build_folder()
+    print(f"llama.cpp from the {SDIST} {SDIST_VERSION} sdist, for CPU key {cpu_key()}")
+    if is_built():
+        print(f"built: {folder / 'bin' / 'llama-server'} (licence: {folder / 'LICENSE'})")
+    else:
+        missing = missing_tools()
+        print("not built: `python -m specdec engines build` builds it into " + str(folder)
+              + (f" (needs {', '.join(missing)})" if missing else ""))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .base import EngineError
+    from .llamacpp import PLAIN, SPECULATIVE, start_server
+
+    if args.k < 1:
+        raise ValueError(f"--k must be at least 1, got {args.k}")
+    lanes = [SPECULATIVE, PLAIN] if args.lane == "both" else [args.lane]
+    servers = []
+    try:
+        for lane in lanes:
+            servers.append(start_server(lane, k=args.k))
+            print(f"llama.cpp {lane}: {servers[-1].url}  (log {servers[-1].log_path})", flush=True)
+        print("serving; Ctrl-C stops", flush=True)
+        stopped = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+        while not stopped.wait(1.0):
+            for server in servers:
+                if not server.running:
+                    raise EngineError(f"{server.name} exited; see log {server.log_path}")
+    except KeyboardInterrupt:
+        pass
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        for server in servers:
+            server.stop()
+    return 0

@@ -1,0 +1,53 @@
+"""The page's door to real engines: given an engine's name, a server's address, a prompt and the
+settings, yield that server's steps as StepEvents; start the embedded pair's llama.cpp servers.
+
+Runs are greedy (temperature 0), the setting in which speculative output must equal plain output.
+The draft length is the one the speculative server was started with (llama-server fixes it at
+start), not the page's K."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..config import GenerationConfig
+from ..events import StepEvent
+from .base import LLAMA_CPP, VLLM, EngineError, StepSource, template_prompt
+
+REMOTE_ENGINES = (LLAMA_CPP,)  # engines this module can read; vLLM joins them in its own module
+
+
+def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=()) -> StepSource:
+    """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server)."""
+    if engine == LLAMA_CPP:
+        from .llamacpp import LlamaCppSource
+
+        return LlamaCppSource(base_url, tokenizer, speculative=speculative, eos_ids=eos_ids)
+    known = ", ".join(repr(e) for e in REMOTE_ENGINES)
+    if engine == VLLM:
+        raise ValueError(f"engine {engine!r} is not available in this version; engine must be one of {known}")
+    raise ValueError(f"engine must be one of {known}, got {engine!r}")
+
+
+def remote_events(engine: str, base_url: str, prompt: str, tokenizer, config: GenerationConfig, *,
+                  speculative: bool = True, chat: bool = True, eos_ids=()) -> Iterator[StepEvent]:
+    """One run on a real engine's server, step by step. `tokenizer`: the pair's (ModelPair.tokenizer),
+    which templates the prompt as our engine does and gives each token its text. Raises ValueError
+    for settings a remote run cannot honour, EngineError (one line) for a server that cannot be
+    reached, answers something else, or has speculation off."""
+    if config.temperature != 0:
+        raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base URL must start with http:// or https://, got {base_url!r}")
+    source = remote_source(engine, base_url, tokenizer, speculative=speculative, eos_ids=eos_ids)
+    yield from source.iter_events(template_prompt(tokenizer, prompt, chat), config.max_new_tokens)
+
+
+def start_embedded_llamacpp(k: int = 5, progress=None):
+    """Start llama-server twice on the embedded pair (speculative with the draft, plain without);
+    returns specdec.engines.llamacpp.EmbeddedServers (spec_url, plain_url, stop())."""
+    from .llamacpp import start_embedded_servers
+
+    return start_embedded_servers(k=k, progress=progress)
+
+
+__all__ = ["EngineError", "remote_events", "remote_source", "start_embedded_llamacpp", "REMOTE_ENGINES"]
