@@ -36,8 +36,12 @@ HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear"
 # llama.cpp's llama-server on the bundle's GGUF files: plain (no draft) and speculative (its own
 # draft loop); each server is started once for the bench. llamacpp_spec is checked against llamacpp_plain.
 LLAMACPP = ("llamacpp_plain", "llamacpp_spec")
-OWN_PLAIN = {"llamacpp_spec": "llamacpp_plain"}  # a real engine's exactness is judged against its own plain decoding
-MODES = OURS + HF + LLAMACPP
+# vLLM's CPU server on the bundle's converted folders (`make vllm`): plain (the target alone) and
+# speculative (the draft model, 5 tokens a step). About 12 GB resident with the draft, so one server
+# at a time: each vLLM mode runs all its prompts and rounds as one block with its own server.
+VLLM = ("vllm_plain", "vllm_spec")
+OWN_PLAIN = {"llamacpp_spec": "llamacpp_plain", "vllm_spec": "vllm_plain"}  # a real engine's exactness is judged against its own plain decoding
+MODES = OURS + HF + LLAMACPP + VLLM
 DEFAULT_MODES = ("plain", "spec", "best", "hf_assisted", "hf_lookup")
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json")
 LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
@@ -242,6 +246,41 @@ def llamacpp_servers(modes, k: int):
             server.stop()
 
 
+def run_vllm(pair: ModelPair, url: str, model: str, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
+    """One streamed request to vLLM, timed like llama.cpp's: the whole request, prompt pass included."""
+    from .engines.vllm import VllmSource
+
+    source = VllmSource(url, pair.tokenizer, speculative=mode == "vllm_spec", model=model)
+    start = time.perf_counter()
+    events = list(source.iter_events(prompt_ids, max_new_tokens))
+    seconds = time.perf_counter() - start
+    m = summarize(events)
+    return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
+            "acceptance_rate": m.acceptance_rate if m.drafted else None,
+            "target_passes": m.target_passes,  # one per step: vLLM's verify passes, its prompt pass's token included
+            "mean_k": m.mean_k if m.drafted else None, "events": events}
+
+
+def vllm_blocks(pair: ModelPair, encoded: list[list[int]], modes, k: int, max_new_tokens: int, repeats: int,
+                warmup_tokens: int, log) -> dict:
+    """(prompt index, mode) -> the runs of each vLLM mode among `modes`: one server at a time, started,
+    warmed up with one short run, used for every prompt and round, stopped."""
+    from .engines.vllm import PLAIN, SPECULATIVE, check_server, start_server
+
+    out = {}
+    for mode in (m for m in modes if m in VLLM):
+        log(f"starting vLLM for {mode} (minutes)")
+        server = start_server(SPECULATIVE if mode == "vllm_spec" else PLAIN, k=k)
+        try:
+            model = check_server(server.url)
+            run_vllm(pair, server.url, model, encoded[0], mode, warmup_tokens)
+            for i, prompt_ids in enumerate(encoded):
+                out[i, mode] = [run_vllm(pair, server.url, model, prompt_ids, mode, max_new_tokens) for _ in range(repeats)]
+        finally:
+            server.stop()
+    return out
+
+
 def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", servers=None) -> dict:
     if mode in LLAMACPP:
         return run_llamacpp(pair, servers, prompt_ids, mode, max_new_tokens)
@@ -316,20 +355,24 @@ def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_
     def run(mode, prompt_ids, tokens):
         return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), servers)
 
+    # vLLM's modes first, each a block with its own server (memory: one at a time); the rest alternate.
+    blocks = vllm_blocks(pair, encoded, modes, k, max_new_tokens, repeats, warmup_tokens, log)
+    alternating = [m for m in modes if m not in VLLM]
+
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
     # building (or loading) draft variants and the int4 target, which the timed runs then reuse.
-    for mode in modes:
+    for mode in alternating:
         run(mode, encoded[0], warmup_tokens)
 
     results, events = [], {}
     total = len(prompts) * repeats * len(modes)
     done = 0
-    for p, prompt_ids in zip(prompts, encoded):
+    for i, (p, prompt_ids) in enumerate(zip(prompts, encoded)):
         pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        runs: dict[str, list[dict]] = {m: blocks.get((i, m), []) for m in modes}
         for r in range(repeats):
             # Rotate the order each round so no mode always runs right after another.
-            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
+            for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
                 out = run(mode, prompt_ids, max_new_tokens)
                 runs[mode].append(out)
                 done += 1
@@ -345,7 +388,7 @@ def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_
                 tokens=len(first["ids"]),
                 seconds=median_s,
                 tok_s=len(first["ids"]) / median_s,
-                identical_to_plain=None if mode in ("plain", "llamacpp_plain") else all(out["ids"] == plain_ids for out in runs[mode]),
+                identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == plain_ids for out in runs[mode]),
                 acceptance_rate=first["acceptance_rate"],
                 target_passes=first["target_passes"],
                 mean_k=first["mean_k"],
@@ -377,8 +420,8 @@ def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
-                     "timing": "wall time of the whole generate call (llama.cpp: of the whole streamed request), "
-                               "prompt prefill included, median over repeats"},
+                     "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
+                               "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
 
 

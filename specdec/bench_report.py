@@ -85,7 +85,7 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
         "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes
                                    if by[prompts[0], m].identical_to_plain is not None},  # None: a plain reference
-        "speedup_vs_own_plain": {"llamacpp_spec": ratio("llamacpp_spec", "llamacpp_plain")} if "llamacpp_spec" in modes else {},
+        "speedup_vs_own_plain": {m: ratio(m, own) for m, own in (("llamacpp_spec", "llamacpp_plain"), ("vllm_spec", "vllm_plain")) if m in modes},
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
         "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].acceptance_rate is not None},

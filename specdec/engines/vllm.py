@@ -96,12 +96,12 @@ class VllmSource:
 
     engine = VLLM
 
-    def __init__(self, base_url: str, tokenizer, *, speculative: bool, timeout: float = 300.0):
+    def __init__(self, base_url: str, tokenizer, *, speculative: bool, timeout: float = 300.0, model: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.speculative = speculative
         self.timeout = timeout  # seconds to wait for each chunk (a CPU server's prompt pass can take a while)
-        self.model: str | None = None  # the served model's name, asked once
+        self.model = model  # the served model's name (check_server); asked once when not given
         self.final: dict | None = None  # the last chunk of the latest run (usage and metrics)
 
     def request(self, prompt_ids: list[int], max_new_tokens: int) -> dict:
