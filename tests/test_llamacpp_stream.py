@@ -110,3 +110,57 @@ def test_a_server_that_is_not_llama_server_is_named(url):
     with pytest.raises(EngineError, match="answered something else: a stream chunk without token ids and timings"):
         list(LlamaCppSource(url, Letters(), speculative=True).iter_events([0], 8))
     Fake.raw = None
+
+
+def serve(stream: list[dict]):
+    handler = type("One", (Fake,), {})
+
+    def do_post(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in stream)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    handler.do_POST = do_post
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkeypatch):
+    from specdec import bench
+    from specdec.engines import llamacpp
+
+    ids = [5, 6, 7, 8, 9, 10]
+    spec = serve(chunks([([5], 0, 0), ([6, 7, 8], 3, 2), ([9, 10], 3, 1)]))
+    plain = serve(chunks([([t], 0, 0) for t in ids]))
+    started = []
+
+    class Stub:
+        def __init__(self, server):
+            self.url = f"http://127.0.0.1:{server.server_address[1]}"
+
+        def stop(self):
+            started.append("stopped")
+
+    def start_server(lane, k):
+        started.append((lane, k))
+        return Stub(spec if lane == llamacpp.SPECULATIVE else plain)
+
+    monkeypatch.setattr(llamacpp, "start_server", start_server)
+    assert bench.expand_modes(["llamacpp_spec"], ["bf16"]) == ["plain", "llamacpp_plain", "llamacpp_spec"]
+    report = bench.bench(tiny_pair, [{"id": "p", "prompt": "def f(x):"}], modes=["llamacpp_spec"], k=3,
+                         max_new_tokens=6, warmup_tokens=2, log=lambda line: None)
+    by = {r["mode"]: r for r in report["results"]}
+    assert by["llamacpp_spec"]["identical_to_plain"] is True and by["llamacpp_plain"]["identical_to_plain"] is None
+    assert by["llamacpp_spec"]["acceptance_rate"] == pytest.approx(3 / 6) and by["llamacpp_spec"]["target_passes"] == 3
+    assert by["llamacpp_spec"]["tokens"] == 6 and by["llamacpp_spec"]["tok_s"] > 0
+    assert report["summary"]["speedup_vs_own_plain"]["llamacpp_spec"] > 0
+    assert "llamacpp_plain" not in report["summary"]["all_identical_to_plain"]
+    assert started[:2] == [("plain", 3), ("speculative", 3)] and started.count("stopped") == 2
+    assert "speedup vs the engine's own plain" in bench.table(report)
+    spec.shutdown()
+    plain.shutdown()
