@@ -38,6 +38,11 @@ def cmd_build(args) -> int:
 def cmd_status(args) -> int:
     from .llamacpp_build import SDIST, SDIST_VERSION, build_folder, cpu_key, is_built, missing_tools
 
+    from .llamacpp_build import OWN_BINARY, own_binary
+
+    if own_binary() is not None:
+        print(f"using {own_binary()} (from ${OWN_BINARY}); nothing is built")
+        return 0
     folder = build_folder()
     print(f"llama.cpp from the {SDIST} {SDIST_VERSION} sdist, for CPU key {cpu_key()}")
     if is_built():

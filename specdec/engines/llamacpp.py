@@ -193,7 +193,7 @@ class LlamaCppSource:
 
 def eos_ids_of(tokenizer) -> frozenset[int]:
     """Tokens that end a run for this tokenizer: its end-of-sequence token and the chat turn's end."""
-    ids = {tokenizer.eos_token_id}
+    ids = {getattr(tokenizer, "eos_token_id", None)}
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     ids |= {vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>") if t in vocab}
     return frozenset(i for i in ids if i is not None)

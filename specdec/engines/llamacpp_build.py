@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import re
 import shutil
@@ -38,6 +39,7 @@ CMAKE_FLAGS = (
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary to keep; the build tree is removed afterwards
 )
 JOBS = 2  # compile jobs: the machines this project runs on have 2 cores
+OWN_BINARY = "SPECDEC_LLAMA_SERVER"  # environment variable: a llama-server built elsewhere, used instead of building one
 MARKER = "complete.json"  # written last: a folder without it holds an unfinished build
 PERCENT = re.compile(r"^\[\s*(\d+)%\]")  # cmake's Makefile generator prefixes each step with its progress
 
@@ -67,7 +69,19 @@ def server_binary() -> Path:
     return build_folder() / "bin" / "llama-server"
 
 
+def own_binary() -> Path | None:
+    """$SPECDEC_LLAMA_SERVER, when set: a llama-server the user built or installed (checked to exist)."""
+    path = os.environ.get(OWN_BINARY)
+    if not path:
+        return None
+    if not Path(path).is_file():
+        raise ValueError(f"{OWN_BINARY}={path!r} is not a file: point it at a llama-server binary, or unset it to build one")
+    return Path(path)
+
+
 def is_built() -> bool:
+    if own_binary() is not None:
+        return True
     folder = build_folder()
     return (folder / MARKER).is_file() and (folder / "bin" / "llama-server").is_file()
 
@@ -82,6 +96,8 @@ def missing_tools() -> list[str]:
 
 def build(quiet: bool = False) -> Path:
     """Build llama-server unless it is cached; return its path. About 8 minutes on 2 cores."""
+    if own_binary() is not None:
+        return own_binary()
     if is_built():
         return server_binary()
     missing = missing_tools()

@@ -5,6 +5,7 @@ where the log is: it exited with code N, it did not become healthy in time, it a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -66,6 +67,7 @@ class ServerProcess:
                                                 env={**os.environ, **(self.env or {})}, start_new_session=True)
             except OSError as err:
                 raise EngineError(f"{self.name}: cannot start {self.argv[0]} ({err.strerror or err})") from None
+        atexit.register(self.stop)  # a server started here never outlives the process that started it
         try:
             self._wait()
         except BaseException:
@@ -101,6 +103,7 @@ class ServerProcess:
     def stop(self, grace_s: float = 10.0) -> None:
         """Ask it to end (SIGTERM to its process group), then kill it if it does not."""
         process, self.process = self.process, None
+        atexit.unregister(self.stop)
         if process is None or process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
