@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from specdec.engines.base import EngineError
-from specdec.engines.vllm import PendingText, VllmSource, split_steps
+from specdec.engines.vllm import PendingText, VllmSource, split_steps, tree_rss_bytes
 from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
 
 
@@ -113,12 +114,17 @@ class FakeVllm(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-@pytest.fixture
-def fake():
-    handler = type("Handler", (FakeVllm,), {})
+def serve_fake(**answers):
+    handler = type("Handler", (FakeVllm,), answers)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    return server, handler, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def fake():
+    server, handler, url = serve_fake()
+    yield handler, url
     server.shutdown()
 
 
@@ -183,3 +189,129 @@ def test_one_token_speculative_run_has_no_step_lists(fake):
     events = list(VllmSource(url, Letters(), speculative=True).iter_events([0], 1))
     check_invariants(events)
     assert [e.kind for e in events] == [PLAIN] and events[0].finish == "length"
+
+
+def test_bench_runs_vllm_one_server_at_a_time_against_its_own_plain(tiny_pair, monkeypatch):
+    from specdec import bench
+    from specdec.engines import vllm
+
+    ids = [5, 6, 7, 8, 9, 10]
+    spec = serve_fake(ids=ids, chunks=[1, 3, 2], spec=spec_metrics([2, 1], [3, 3]))
+    plain = serve_fake(ids=ids, chunks=[1] * 6)
+    events = []  # starts and stops, in order
+
+    class Stub:
+        def __init__(self, lane):
+            self.lane, self.url = lane, (spec if lane == vllm.SPECULATIVE else plain)[2]
+
+        def stop(self):
+            events.append(("stopped", self.lane))
+
+    def start_server(lane, k):
+        events.append(("started", lane, k))
+        return Stub(lane)
+
+    monkeypatch.setattr(vllm, "start_server", start_server)
+    assert bench.expand_modes(["vllm_spec"], ["bf16"]) == ["plain", "vllm_plain", "vllm_spec"]
+    report = bench.bench(tiny_pair, [{"id": "p", "prompt": "def f(x):"}, {"id": "q", "prompt": "x = "}], modes=["vllm_spec"],
+                         k=3, max_new_tokens=6, repeats=2, warmup_tokens=2, log=lambda line: None)
+    by = {(r["prompt"], r["mode"]): r for r in report["results"]}
+    assert by["p", "vllm_spec"]["identical_to_plain"] is True and by["p", "vllm_plain"]["identical_to_plain"] is None
+    assert by["q", "vllm_spec"]["acceptance_rate"] == pytest.approx(3 / 6) and by["q", "vllm_spec"]["target_passes"] == 3
+    assert by["q", "vllm_plain"]["target_passes"] == 6 and len(by["q", "vllm_spec"]["runs_s"]) == 2
+    assert report["summary"]["speedup_vs_own_plain"]["vllm_spec"] > 0
+    # Never two servers at once: each is stopped before the next starts.
+    assert events == [("started", "plain", 3), ("stopped", "plain"), ("started", "speculative", 3), ("stopped", "speculative")]
+    for server in (spec, plain):
+        server[0].shutdown()
+
+
+# --- against the real server on the embedded pair -------------------------------------------------
+
+PROMPTS = ("Write a Python function that returns the sum of the squares of a list of numbers.",
+           "Answer with one word: is Python a programming language?")  # the second ends on its own
+MAX_NEW_TOKENS = 40
+CUT_AT = 7  # a short run that ends inside a step (vLLM drafts past max_tokens)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """Every prompt on vLLM's speculative server, which is then stopped, then on its plain server:
+    one server at a time (each takes several GB). fp32: exactness is tested in fp32."""
+    from specdec.bundle import BundleError
+    from specdec.engines.base import template_prompt
+    from specdec.engines.llamacpp import embedded_tokenizer
+    from specdec.engines.vllm import PLAIN as PLAIN_LANE
+    from specdec.engines.vllm import SPECULATIVE, start_server
+    from specdec.engines.vllm_env import is_ready, venv_dir
+
+    if not is_ready():
+        pytest.skip(f"vLLM's environment is not set up in {venv_dir()} (make vllm creates it)")
+    try:
+        tokenizer = embedded_tokenizer()
+    except BundleError as err:
+        pytest.skip(f"the embedded pair is not installed: {err}")
+    prompt_ids = [template_prompt(tokenizer, p, chat=True) for p in PROMPTS]
+    out = {"tokenizer": tokenizer}
+    for lane in (SPECULATIVE, PLAIN_LANE):
+        started = time.monotonic()
+        with start_server(lane, dtype="float32") as server:
+            start_s = time.monotonic() - started
+            source = VllmSource(server.url, tokenizer, speculative=lane == SPECULATIVE)
+            runs = []
+            for ids, n in [(ids, MAX_NEW_TOKENS) for ids in prompt_ids] + [(prompt_ids[0], CUT_AT)]:
+                t0 = time.monotonic()
+                updates = list(source.iter_updates(ids, n))
+                runs.append((updates, source.final))
+                print(f"vllm {lane}: {source.final['usage']['completion_tokens']} tokens in {time.monotonic() - t0:.1f} s; "
+                      f"metrics {json.dumps(source.final.get('metrics'))}")
+            print(f"vllm {lane}: started in {start_s:.0f} s; {tree_rss_bytes(server.process.pid) / 1e9:.1f} GB resident")
+            out[lane] = runs
+            wrong = VllmSource(server.url, tokenizer, speculative=lane != SPECULATIVE)  # the other lane's role
+            with pytest.raises(EngineError) as err:
+                list(wrong.iter_events(prompt_ids[0], 4))
+            out[f"{lane} as the other lane"] = str(err.value)
+    return out
+
+
+def steps_of(updates):
+    return [u for u in updates if isinstance(u, StepEvent)]
+
+
+def test_real_steps_add_up_to_vllms_own_totals(served):
+    for updates, final in served["speculative"]:
+        events = steps_of(updates)
+        check_invariants(events)
+        spec = final["metrics"]["speculative_decoding"]
+        assert events[-1].total_tokens == final["usage"]["completion_tokens"]
+        pending = [u for u in updates if isinstance(u, PendingText)]
+        assert updates[: len(pending)] == pending and pending[-1].total_tokens == events[-1].total_tokens, "text first, steps at the end"
+        assert events[0].kind == PLAIN and events[0].n_drafted == 0, "the first token comes from the prompt pass"
+        assert len(events) - 1 == spec["num_spec_steps"]
+        assert sum(e.n_drafted for e in events) == spec["num_draft_tokens"]
+        cut = events[-1].kind == EOS_ACCEPTED  # the run ended on an accepted draft: that step's later drafts are dropped
+        accepted = sum(e.accepted for e in events)
+        assert accepted <= spec["num_accepted_draft_tokens"] if cut else accepted == spec["num_accepted_draft_tokens"]
+        assert all(e.engine == "vllm" and e.p_target is None and e.draft_s is None and e.margins is None for e in events)
+    kinds = {e.kind for updates, _ in served["speculative"] for e in steps_of(updates)}
+    assert kinds & {BONUS, CORRECTION}, kinds
+    finishes = [steps_of(updates)[-1].finish for updates, _ in served["speculative"]]
+    assert finishes == ["length", "eos", "length"], finishes
+    assert steps_of(served["speculative"][2][0])[-1].total_tokens == CUT_AT
+
+
+def test_real_greedy_speculative_text_equals_vllms_plain_text(served):
+    tokenizer = served["tokenizer"]
+    for (spec, _), (plain, _) in zip(served["speculative"], served["plain"]):
+        spec_ids = [t for e in steps_of(spec) for t in e.emitted]
+        assert spec_ids == [t for e in steps_of(plain) for t in e.emitted]
+        text = "".join(p for e in steps_of(spec) for p in e.emitted_text)
+        assert text == tokenizer.decode(spec_ids, skip_special_tokens=True)
+        assert text == "".join(p for u in spec if isinstance(u, PendingText) for p in u.text), "the streamed text is the coloured text"
+    for updates, _ in served["plain"]:
+        assert {e.kind for e in steps_of(updates)} == {PLAIN}
+
+
+def test_real_lane_on_the_wrong_server_says_so(served):
+    assert "has speculation off" in served["plain as the other lane"]
+    assert "no plain baseline" in served["speculative as the other lane"]

