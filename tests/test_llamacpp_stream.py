@@ -164,3 +164,14 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
     assert "speedup vs the engine's own plain" in bench.table(report)
     spec.shutdown()
     plain.shutdown()
+
+
+def test_a_token_held_back_for_an_unfinished_character_is_filled_in_from_the_final_chunk(url):
+    steps = [([2], 0, 0), ([3, 4, 5], 3, 2), ([6, 7], 3, 1), ([8], 3, 0)]
+    stream = chunks(steps)
+    del stream[3]  # the chunk of token 4 (position 3): llama-server sends none for half a UTF-8 character
+    Fake.stream, Fake.raw = stream, None
+    events = list(LlamaCppSource(url, Letters(), speculative=True, eos_ids=[EOS]).iter_events([0, 1], 7))
+    check_invariants(events)
+    assert [list(e.emitted) for e in events] == [s[0] for s in steps]
+    assert [(e.n_drafted, e.accepted) for e in events] == [(3 * bool(d), a) for _, d, a in steps] and events[-1].finish == "length"

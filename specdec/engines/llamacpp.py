@@ -146,9 +146,12 @@ class LlamaCppSource:
         steps = StepAssembler(self.engine, self.tokenizer, prompt_ids)
         self.final = None
         seen = (0, 0)  # the counters (draft_n, draft_n_accepted) at the start of the current step
-        step: list[int] = []  # ids received of the current step
+        step: list[int | None] = []  # ids received of the current step (None: held back by the server, see below)
         drafted = accepted = 0  # the current step's share of the counters
+        done: list[tuple] = []  # complete steps not yet yielded: (ids, drafted, accepted, elapsed)
+        received = 0  # tokens accounted for so far
         where = f"{self.engine} at {self.base_url}"
+        elapsed = 0.0
         for elapsed, chunk in post_stream(self.engine, self.base_url, "/completion", self.request(prompt_ids, max_new_tokens), self.timeout):
             if chunk.get("stop") is True:
                 self.final = chunk
@@ -159,26 +162,55 @@ class LlamaCppSource:
             if not isinstance(ids, list) or not isinstance(timings, dict):
                 raise EngineError(f"{where} answered something else: a stream chunk without token ids and timings "
                                   "(is it llama.cpp's llama-server?)")
+            # llama-server sends no chunk for a token that leaves a UTF-8 character unfinished; the
+            # next chunk's position (tokens_predicted) shows the gap. Its id arrives with the final
+            # chunk; the steps from there on wait for it.
+            position = chunk.get("tokens_predicted")
+            missing = position - received - len(ids) if isinstance(position, int) else 0
             counters = (int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))  # absent until a draft
-            for token in ids:
-                if counters != seen:  # the counters moved: a verify step starts with this token
-                    if step:  # the last step was cut short; llama-server does not continue after that
-                        raise EngineError(f"{where}: a step of {len(step)} tokens was followed by another before its {accepted + 1}")
+            for token in [None] * max(0, missing) + ids:
+                received += 1
+                if counters != seen and not step:  # the counters moved: a verify step starts with this token
                     drafted, accepted = counters[0] - seen[0], counters[1] - seen[1]
                     seen = counters
+                elif counters != seen:  # llama-server never continues after a step it cut short
+                    raise EngineError(f"{where}: a step of {len(step)} tokens was followed by another before its {accepted + 1}")
                 elif not step:  # nothing drafted: one token from one target pass
                     drafted = accepted = 0
                 step.append(token)
-                ended = token in self.eos_ids or steps.total + len(step) >= max_new_tokens
-                if len(step) == accepted + 1 or ended:
-                    finish = FINISH_EOS if token in self.eos_ids else FINISH_LENGTH if ended else None
-                    yield steps.event(step, drafted, accepted, elapsed, finish)
+                if len(step) == accepted + 1 or token in self.eos_ids or received >= max_new_tokens:
+                    done.append((step, drafted, accepted, elapsed))
                     step = []
-            self._check_lane(where, counters, steps.total)
+            while done and None not in done[0][0]:  # yield every complete step whose ids are all known
+                yield self._event(steps, *done.pop(0), max_new_tokens)
+            self._check_lane(where, counters, received)
         if step:  # the stream ended inside a step (a stop the server found that we do not look for)
-            yield steps.event(step, drafted, accepted, elapsed)
-        if self.speculative and seen == (0, 0) and steps.total >= 4:
-            raise EngineError(self._off(where, steps.total))
+            done.append((step, drafted, accepted, elapsed))
+        if done:
+            self._fill(where, done)
+            for held in done:
+                yield self._event(steps, *held, max_new_tokens)
+        if self.speculative and seen == (0, 0) and received >= 4:
+            raise EngineError(self._off(where, received))
+
+    def _event(self, steps: StepAssembler, ids, drafted, accepted, elapsed, max_new_tokens) -> StepEvent:
+        last = ids[-1]
+        finish = FINISH_EOS if last in self.eos_ids else FINISH_LENGTH if steps.total + len(ids) >= max_new_tokens else None
+        return steps.event(ids, drafted, accepted, elapsed, finish)
+
+    def _fill(self, where: str, held: list[tuple]) -> None:
+        """Put the ids of held-back tokens in place, from the final chunk's list of every generated id."""
+        if not any(None in ids for ids, *_ in held):
+            return
+        every = (self.final or {}).get("tokens")
+        if not isinstance(every, list):
+            raise EngineError(f"{where} held back a token and its final chunk does not list the generated ids")
+        start = len(every) - sum(len(ids) for ids, *_ in held)  # the held steps are the run's last tokens
+        for ids, *_ in held:
+            for i in range(len(ids)):
+                if ids[i] is None:
+                    ids[i] = every[start + i]
+            start += len(ids)
 
     def _check_lane(self, where: str, counters: tuple[int, int], total: int) -> None:
         if not self.speculative and counters[0]:
