@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run test bench prepare browser clean-cache
+.PHONY: run test bench prepare browser engines vllm clean-cache
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +37,22 @@ browser:
 # The whole suite. The precision-sensitive tests (marked `precision`) run in the dtype named by
 # SPECDEC_DTYPE, so they run twice, in fp32 and in bf16: the automatic dtype depends on the CPU,
 # and this checks both paths on a machine of either kind.
-test: $(VENV)/.test-deps prepare browser
+# llama.cpp's llama-server, built once from source into the cache (about 8 minutes on 2 cores; a
+# no-op afterwards). Without cmake or a C++ compiler it says so and the real-engine tests skip.
+engines: $(VENV)/.run-deps
+	$(PY) -m specdec engines build --if-possible
+
+test: $(VENV)/.test-deps prepare browser engines
 	$(PY) -m pytest -m "not precision"
 	for dtype in fp32 bf16; do SPECDEC_DTYPE=$$dtype $(PY) -m pytest -m precision || exit 1; done
 
 bench: prepare
 	$(PY) -m specdec bench --prompts assets/bench_prompts.json
+
+# vLLM's CPU build in its own environment under the cache (it pins an older transformers than
+# ours): a few minutes and about 3.5 GB once, a no-op afterwards. The vLLM tests skip without it.
+vllm: $(VENV)/.run-deps
+	$(PY) -m specdec.engines.vllm_env
 
 clean-cache:
 	rm -rf "$${SPECDEC_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specdec}"

@@ -46,11 +46,11 @@ def acceptance_figure(events: Sequence[StepEvent] | None) -> go.Figure:
     events = list(events or [])
     steps = [e.step for e in events]
     accepted = [e.accepted for e in events]
-    rejected = [len(e.drafted) - e.accepted for e in events]
+    rejected = [e.n_rejected for e in events]  # named or only counted
     running, acc_sum, drafted_sum = [], 0, 0
     for e in events:
         acc_sum += e.accepted
-        drafted_sum += len(e.drafted)
+        drafted_sum += e.n_drafted
         running.append(acc_sum / drafted_sum if drafted_sum else None)  # None: a gap until something is drafted
 
     fig = _figure(
@@ -92,7 +92,7 @@ def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
     the counts that independent acceptance at the run's alpha predicts for the same steps."""
     events = list(events or [])
     counts = Counter(len(e.emitted) for e in events)
-    drafted = [len(e.drafted) for e in events]
+    drafted = [e.n_drafted for e in events]
     expected = expected_pass_counts(estimate_alpha(events), drafted) if any(drafted) else []
     x = list(range(1, max(max(counts, default=0), len(expected)) + 1)) if counts else []
     fig = _figure("Tokens per target pass", "tokens emitted in one pass", "passes", bargap=0.15, showlegend=bool(expected))

@@ -37,6 +37,8 @@ def _span(cls: str, text: str, title: str, step: int | None = None) -> str:
 
 def _draft_title(event: StepEvent, i: int, cls: str) -> str:
     """Tooltip of drafted token i: its probabilities under both models and its chance of acceptance."""
+    if event.p_target is None or event.p_draft is None:
+        return f"{LABELS[cls][1]}\n{event.engine} does not report p_target and p_draft"
     p_t, p_d, a = event.p_target[i], event.p_draft[i], event.accept_probs[i]
     rule = (
         "greedy: kept only while it is the target's top choice"
@@ -47,11 +49,20 @@ def _draft_title(event: StepEvent, i: int, cls: str) -> str:
 
 
 def _target_title(event: StepEvent) -> str:
-    title = f"{LABELS[KIND_CLASS[event.kind]][1]}\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
+    title = LABELS[KIND_CLASS[event.kind]][1]
+    if event.margins is not None:
+        title += f"\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
     if event.paused:
         title += ("\nnothing drafted: at this machine's pass costs and the acceptance so far, "
                   "drafting would make fewer tokens/s than a plain step")
     return title
+
+
+def unseen_chip(n: int, engine: str, step: int | None = None) -> str:
+    """Rejected drafts the engine counted but did not send: one struck chip with their count, "×3"."""
+    title = (f"{LABELS['rejected'][1]}\n{engine} drafted {n} more token{'s' if n != 1 else ''} here and rejected "
+             f"{'them' if n != 1 else 'it'} without sending {'their' if n != 1 else 'its'} text")
+    return _span("rejected tok-unseen", f"\u00d7{int(n)}", title, step)
 
 
 def render_event(event: StepEvent, show_rejected: bool = True) -> str:
@@ -62,6 +73,8 @@ def render_event(event: StepEvent, show_rejected: bool = True) -> str:
         for i in range(n_acc, len(event.drafted)):
             text = event.drafted_text[i].replace("\r\n", NEWLINE_MARK).replace("\n", NEWLINE_MARK)
             parts.append(_span("rejected", text, _draft_title(event, i, "rejected"), step))
+        if event.unseen_rejected:
+            parts.append(unseen_chip(event.unseen_rejected, event.engine, step))
     if event.kind != EOS_ACCEPTED:  # an "eos" step has no target token of its own
         parts.append(_span(KIND_CLASS[event.kind], event.emitted_text[-1], _target_title(event), step))
     return "".join(parts)

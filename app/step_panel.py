@@ -13,7 +13,7 @@ from specdec.detail import ACCEPTED, DISCARDED, REJECTED, StepExplanation
 from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
 
 from . import palette
-from .render import NEWLINE_MARK
+from .render import NEWLINE_MARK, unseen_chip
 
 EMPTY = ('<div class="step-panel"><p class="caption">Press <b>Step</b> to run one speculative step and see why '
          "each draft token was kept or rejected, or click any token in the output to open its step. "
@@ -104,27 +104,36 @@ def render_panel(x: StepExplanation | None, total_steps: int | None = None) -> s
     if x is None:
         return EMPTY
     parts = [f'<div class="step-panel" data-step="{x.step}"><div class="step-title">{escape(_headline(x))}</div>']
-    if x.rows:
+    if x.rows or x.unseen_rejected:
         parts.append(_table(x))
     parts.append(f'<p class="step-token">{_token_sentence(x)}</p>')
     if x.detail is not None and x.kind in (CORRECTION, BONUS):
         parts.append(_distributions(x))
-    elif x.detail is None and x.kind in (CORRECTION, BONUS):
+    elif x.detail is None and x.kind in (CORRECTION, BONUS) and x.engine == "specdec":
         parts.append('<p class="caption">The distributions and the draws u are recorded only for a stepped run: '
                      "press <b>Step</b> (or <b>Run to end</b>) to see p_target, p_draft and the residual here.</p>")
-    parts.append(f'<p class="caption">{_rule_caption(x)}</p></div>')
-    return "".join(parts)
+    parts.append(f'<p class="caption">{_rule_caption(x)}</p>')
+    if x.engine != "specdec":
+        parts.append(f'<p class="caption unreported">{escape(unreported(x.engine))}</p>')
+    return "".join(parts) + "</div>"
+
+
+def unreported(engine: str) -> str:
+    """What a step of a real engine read over HTTP cannot show: the engine counts its drafts but does not send them."""
+    return (f"{engine} reports how many tokens it drafted and how many it kept, not the rejected draft tokens' text, "
+            "not p_target or p_draft, and not the draft and verify seconds apart; those stay blank here.")
 
 
 def _headline(x: StepExplanation) -> str:
     head = f"Step {x.step} (target pass {x.step + 1}): "
-    if not x.rows:
+    n = len(x.rows) + x.unseen_rejected
+    if not n:
         return head + ("nothing was drafted (prompt lookup found no match, or plain decoding); "
                        "the target made one token, as plain decoding would.")
     who = DRAFTER_WORDS.get(x.drafter, "the drafter")
     tail = {CORRECTION: "then added its correction", BONUS: "then added a bonus token",
             EOS_ACCEPTED: "and an accepted draft token ended the run"}.get(x.kind, "")
-    return f"{head}{who} proposed {len(x.rows)} token{'s' if len(x.rows) != 1 else ''}; the target kept {x.accepted}, {tail}."
+    return f"{head}{who} proposed {n} token{'s' if n != 1 else ''}; the target kept {x.accepted}, {tail}."
 
 
 def _table(x: StepExplanation) -> str:
@@ -140,11 +149,24 @@ def _table(x: StepExplanation) -> str:
         cls = VERDICT_CLASS[r.verdict]
         rows.append(
             f'<tr class="row-{r.verdict}" data-verdict="{r.verdict}"><td class="num">{r.index + 1}</td>'
-            f"<td>{_tok(cls, r.text)}</td><td class=\"num\">{r.p_draft:.3f}</td><td class=\"num\">{r.p_target:.3f}</td>"
-            f'<td class="num">{r.accept_prob:.3f}</td><td>{_evidence(x, r)}</td>'
+            f"<td>{_tok(cls, r.text)}</td><td class=\"num\">{_p(r.p_draft)}</td><td class=\"num\">{_p(r.p_target)}</td>"
+            f'<td class="num">{_p(r.accept_prob)}</td><td>{_evidence(x, r)}</td>'
             f'<td class="verdict verdict-{r.verdict}">{VERDICT_WORDS[r.verdict]}</td></tr>'
         )
+    if x.unseen_rejected:  # counted by the engine, never sent: one row for all of them
+        n = x.unseen_rejected
+        span = f"{len(x.rows) + 1}" + (f"\u2013{len(x.rows) + n}" if n > 1 else "")  # positions, e.g. 3-5
+        rows.append(
+            f'<tr class="row-rejected" data-verdict="rejected"><td class="num">{span}</td><td>{unseen_chip(n, x.engine)}</td>'
+            '<td class="num">\u2014</td><td class="num">\u2014</td><td class="num">\u2014</td>'
+            f"<td>{escape(x.engine)} does not send rejected draft tokens</td>"
+            '<td class="verdict verdict-rejected">rejected</td></tr>'
+        )
     return f'<table class="step-table">{head}{"".join(rows)}</table>'
+
+
+def _p(value: float | None) -> str:
+    return "\u2014" if value is None else f"{value:.3f}"  # a dash: the engine does not report it
 
 
 def _evidence(x: StepExplanation, r) -> str:
@@ -155,6 +177,8 @@ def _evidence(x: StepExplanation, r) -> str:
         if r.verdict == ACCEPTED:
             return f"the target's top token here too{margin}"
         return f"the target's top token is {_tok('correction', r.target_choice or '')}{margin}"
+    if r.accept_prob is None:
+        return "kept (the engine does not report p and q)"
     if r.u is None:
         return f"kept with probability {r.accept_prob:.3f} (the draw u is recorded for stepped runs)"
     sign = "&lt;" if r.verdict == ACCEPTED else "\u2265"

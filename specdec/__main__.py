@@ -7,6 +7,7 @@ import json
 import sys
 
 from .cli_args import add_bench_command_args, add_generation_args, add_model_args, generation_config, load, variant_names
+from .engines.cli import add_engines_command
 from .events import BONUS, CORRECTION, StepEvent
 
 ANSI = {
@@ -97,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")
     add_bench_command_args(b)
     b.set_defaults(func=cmd_bench)
+    add_engines_command(sub)
     args = parser.parse_args(argv)
     from .bundle import BundleError  # light: no torch
+    from .engines.base import EngineError
 
     try:
         return args.func(args)
-    except (ValueError, BundleError) as err:
+    except (ValueError, BundleError, EngineError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

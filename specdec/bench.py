@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from .bench_modes import DEFAULT_MODES, DRAFT_MODES, MODES, OURS
+from .bench_modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
 from .bench_report import machine_info, summarize_results, table
 from .cached_model import CpuLinear
 from .compare import departure, first_difference
@@ -206,7 +206,77 @@ def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_to
     return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None) -> dict:
+def run_llamacpp(pair: ModelPair, servers: dict, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
+    """One streamed request to the mode's llama-server; timed like ours: the wall time of the whole
+    request, from sending it (prompt ids, prefill on the server) to its last chunk."""
+    from .engines.llamacpp import LlamaCppSource
+
+    source = LlamaCppSource(servers[mode].url, pair.tokenizer, speculative=mode == "llamacpp_spec", eos_ids=pair.eos_ids)
+    start = time.perf_counter()
+    events = list(source.iter_events(prompt_ids, max_new_tokens))
+    seconds = time.perf_counter() - start
+    m = summarize(events)
+    return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
+            "acceptance_rate": m.acceptance_rate if m.drafted else None,
+            "target_passes": m.target_passes,  # one per step: the server's verify passes, its prompt pass's token included
+            "mean_k": m.mean_k if m.drafted else None, "events": events}
+
+
+@contextlib.contextmanager
+def llamacpp_servers(modes, k: int):
+    """mode -> running llama-server for the llama.cpp modes among `modes`, both up for the whole bench
+    (about 1 GB resident each: they fit beside our pair), stopped at the end."""
+    from .engines.llamacpp import PLAIN, SPECULATIVE, start_server
+
+    servers = {}
+    try:
+        for mode in modes:
+            if mode in LLAMACPP:
+                servers[mode] = start_server(SPECULATIVE if mode == "llamacpp_spec" else PLAIN, k=k)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def run_vllm(pair: ModelPair, url: str, model: str, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
+    """One streamed request to vLLM, timed like llama.cpp's: the whole request, prompt pass included."""
+    from .engines.vllm import VllmSource
+
+    source = VllmSource(url, pair.tokenizer, speculative=mode == "vllm_spec", model=model)
+    start = time.perf_counter()
+    events = list(source.iter_events(prompt_ids, max_new_tokens))
+    seconds = time.perf_counter() - start
+    m = summarize(events)
+    return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
+            "acceptance_rate": m.acceptance_rate if m.drafted else None,
+            "target_passes": m.target_passes,  # one per step: vLLM's verify passes, its prompt pass's token included
+            "mean_k": m.mean_k if m.drafted else None, "events": events}
+
+
+def vllm_blocks(pair: ModelPair, encoded: list[list[int]], modes, k: int, max_new_tokens: int, repeats: int,
+                warmup_tokens: int, log) -> dict:
+    """(prompt index, mode) -> the runs of each vLLM mode among `modes`: one server at a time, started,
+    warmed up with one short run, used for every prompt and round, stopped."""
+    from .engines.vllm import PLAIN, SPECULATIVE, check_server, start_server
+
+    out = {}
+    for mode in (m for m in modes if m in VLLM):
+        log(f"starting vLLM for {mode} (minutes)")
+        server = start_server(SPECULATIVE if mode == "vllm_spec" else PLAIN, k=k)
+        try:
+            model = check_server(server.url)
+            run_vllm(pair, server.url, model, encoded[0], mode, warmup_tokens)
+            for i, prompt_ids in enumerate(encoded):
+                out[i, mode] = [run_vllm(pair, server.url, model, prompt_ids, mode, max_new_tokens) for _ in range(repeats)]
+        finally:
+            server.stop()
+    return out
+
+
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None) -> dict:
+    if mode in LLAMACPP:
+        return run_llamacpp(pair, servers, prompt_ids, mode, max_new_tokens)
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
         return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
     if split_mode(mode)[0] in OURS:
@@ -242,7 +312,7 @@ def expand_modes(modes, variants: list[str]) -> list[str]:
         elif base in DRAFT_MODES and len(variants) > 1:
             out += [f"{base}@{v}" for v in variants]
         elif base != "plain":
-            out.append(base)
+            out += [OWN_PLAIN[base], base] if base in OWN_PLAIN else [base]  # a real engine's plain comes with it
     return list(dict.fromkeys(out))
 
 
@@ -271,29 +341,40 @@ def bench(
     encoded = [pair.encode_prompt(p["prompt"], chat=p.get("chat", pair.chat), max_new_tokens=max_new_tokens) for p in prompts]
     variant_of = {m: split_mode(m)[1] or variants[0] for m in modes if split_mode(m)[0] in DRAFT_MODES}
 
+    with llamacpp_servers(modes, k) as servers:
+        return _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_new_tokens, repeats, schedule, k_policy,
+                      warmup_tokens, log)
+
+
+def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_new_tokens, repeats, schedule, k_policy,
+           warmup_tokens, log) -> dict:
     def run(mode, prompt_ids, tokens):
-        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy)
+        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy, servers)
+
+    # vLLM's modes first, each a block with its own server (memory: one at a time); the rest alternate.
+    blocks = vllm_blocks(pair, encoded, modes, k, max_new_tokens, repeats, warmup_tokens, log)
+    alternating = [m for m in modes if m not in VLLM]
 
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
     # building (or loading) draft variants and the int4 target, which the timed runs then reuse.
-    for mode in modes:
+    for mode in alternating:
         run(mode, encoded[0], warmup_tokens)
 
     results, events = [], {}
     total = len(prompts) * repeats * len(modes)
     done = 0
-    for p, prompt_ids in zip(prompts, encoded):
+    for i, (p, prompt_ids) in enumerate(zip(prompts, encoded)):
         pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        runs: dict[str, list[dict]] = {m: blocks.get((i, m), []) for m in modes}
         for r in range(repeats):
             # Rotate the order each round so no mode always runs right after another.
-            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
+            for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
                 out = run(mode, prompt_ids, max_new_tokens)
                 runs[mode].append(out)
                 done += 1
                 log(f"[{done}/{total}] {pid} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s ({len(out['ids']) / out['seconds']:.2f} tok/s)")
-        plain_ids = runs["plain"][0]["ids"]
         for mode in modes:
+            plain_ids = runs[OWN_PLAIN.get(mode, "plain")][0]["ids"]
             seconds = [out["seconds"] for out in runs[mode]]
             first = runs[mode][0]
             median_s = statistics.median(seconds)
@@ -303,7 +384,7 @@ def bench(
                 tokens=len(first["ids"]),
                 seconds=median_s,
                 tok_s=len(first["ids"]) / median_s,
-                identical_to_plain=None if mode == "plain" else all(out["ids"] == plain_ids for out in runs[mode]),
+                identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == plain_ids for out in runs[mode]),
                 acceptance_rate=first["acceptance_rate"],
                 target_passes=first["target_passes"],
                 mean_k=first["mean_k"],
@@ -319,7 +400,7 @@ def bench(
                     "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
                 result.agree_first_64 = d.agree
             elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
-                d = first_difference(first["events"], runs["plain"][0]["events"], pair.dtype_name)
+                d = first_difference(first["events"], runs[OWN_PLAIN.get(mode, "plain")][0]["events"], pair.dtype_name)
                 result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
                                            "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
             results.append(result)
@@ -335,7 +416,8 @@ def bench(
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
-                     "timing": "wall time of the whole generate call, prompt prefill included, median over repeats"},
+                     "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
+                               "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
 
 

@@ -83,7 +83,9 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "ratio_best_vs_hf_assisted": ratio("best", "hf_assisted"),
         "ratio_vs_hf_assisted_cpulinear": ratio(spec_mode, "hf_assisted_cpulinear"),  # same kernels: the loops alone
         "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
-        "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes if m != "plain"},
+        "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes
+                                   if by[prompts[0], m].identical_to_plain is not None},  # None: a plain reference
+        "speedup_vs_own_plain": {m: ratio(m, own) for m, own in (("llamacpp_spec", "llamacpp_plain"), ("vllm_spec", "vllm_plain")) if m in modes},
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
         "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].acceptance_rate is not None},
@@ -110,7 +112,7 @@ def cost_ratios(events: dict, modes, prompts) -> dict:
             if (p, mode) not in events or (p, "plain") not in events:
                 continue
             m, plain = summarize(events[p, mode]), summarize(events[p, "plain"])
-            if m.drafted and plain.target_pass_s:
+            if m.drafted and m.draft_pass_s is not None and plain.target_pass_s:  # None: an engine that does not time drafting
                 cs.append(m.draft_pass_s / plain.target_pass_s)
         if cs:
             out[mode] = statistics.median(cs)
@@ -172,11 +174,14 @@ def table(report: dict) -> str:
         if d and "lossy_text" in d:
             line += f"  departs at {d['index']}: {d['lossy_text']!r} for {d['exact_text']!r}; {r['agree_first_64']}/64 agree"
         elif d:
-            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}, margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            why = "" if d["margin"] is None else f", margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}{why}"
         lines.append(line)
     s = report["summary"]
     lines.append("")
     lines.append("geomean speedup vs plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_plain"].items() if v))
+    if s.get("speedup_vs_own_plain"):
+        lines.append("geomean speedup vs the engine's own plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_own_plain"].items() if v))
     for key in ("ratio_vs_hf_assisted", "ratio_best_vs_hf_assisted", "ratio_vs_hf_assisted_cpulinear", "ratio_lookup_vs_hf_lookup"):
         if s[key]:
             lines.append(f"{key}: {s[key]:.2f}x")

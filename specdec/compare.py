@@ -19,15 +19,15 @@ class Difference:
     plain_token: int | None
     spec_text: str
     plain_text: str
-    margin: float  # the target's top-1 minus top-2 logit there (the smaller of the two runs)
-    is_tie: bool  # margin small enough to be rounding, not a bug
+    margin: float | None  # the target's top-1 minus top-2 logit there (the smaller of the two runs; None: not reported)
+    is_tie: bool | None  # margin small enough to be rounding, not a bug (None: no margin to judge by)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _flatten(events: list[StepEvent]) -> list[tuple[int, str, float]]:
-    return [tok for e in events for tok in zip(e.emitted, e.emitted_text, e.margins)]
+def _flatten(events: list[StepEvent]) -> list[tuple[int, str, float | None]]:
+    return [tok for e in events for tok in zip(e.emitted, e.emitted_text, e.margins or (None,) * len(e.emitted))]
 
 
 def first_difference(spec: list[StepEvent], plain: list[StepEvent], dtype_name: str = "fp32") -> Difference | None:
@@ -38,8 +38,8 @@ def first_difference(spec: list[StepEvent], plain: list[StepEvent], dtype_name: 
         tb = b[i] if i < len(b) else None
         if ta is not None and tb is not None and ta[0] == tb[0]:
             continue
-        margins = [t[2] for t in (ta, tb) if t is not None]
-        margin = min(margins)
+        margins = [t[2] for t in (ta, tb) if t is not None and t[2] is not None]
+        margin = min(margins) if margins else None
         return Difference(
             index=i,
             spec_token=ta[0] if ta else None,
@@ -47,7 +47,7 @@ def first_difference(spec: list[StepEvent], plain: list[StepEvent], dtype_name: 
             spec_text=ta[1] if ta else "",
             plain_text=tb[1] if tb else "",
             margin=margin,
-            is_tie=margin < TIE_MARGIN.get(dtype_name, 1e-3),
+            is_tie=None if margin is None else margin < TIE_MARGIN.get(dtype_name, 1e-3),
         )
     return None
 

@@ -170,9 +170,9 @@ class DraftVerdict:
     index: int
     id: int  # the drafted token id
     text: str
-    p_draft: float
-    p_target: float
-    accept_prob: float  # min(1, p_target / p_draft): the chance the sampling rule keeps it
+    p_draft: float | None  # None: the engine does not report it
+    p_target: float | None
+    accept_prob: float | None  # min(1, p_target / p_draft): the chance the sampling rule keeps it
     verdict: str  # accepted, rejected (the first one the target turned down), discarded (drafted after that one)
     target_choice: str | None  # greedy: the target's top token here (known for every checked position)
     margin: float | None  # greedy: the target's top-1 minus top-2 logit here
@@ -189,6 +189,8 @@ class StepExplanation:
     token_text: str | None  # the target's own token (None for an "eos" step, which has none)
     token_margin: float | None
     detail: StepDetail | None  # None: the run was not recorded (Generate); distributions and u are unknown
+    engine: str = "specdec"  # who produced the step (StepEvent.engine)
+    unseen_rejected: int = 0  # rejected drafts the engine counted but did not name (no row of their own)
 
     @property
     def accepted(self) -> int:
@@ -205,18 +207,21 @@ def explain(event: StepEvent, detail: StepDetail | None = None) -> StepExplanati
         choice = margin = u = None
         if event.greedy and i <= n:
             # The target's choice where it checked: the draft itself while they agree, else its correction.
-            margin = event.margins[i] if i < len(event.margins) else None
+            margin = event.margins[i] if event.margins is not None and i < len(event.margins) else None
             if detail is not None:
                 choice, margin = detail.positions[i].choice.text, detail.positions[i].margin
             else:
                 choice = event.drafted_text[i] if i < n else event.emitted_text[-1]
         if detail is not None and detail.u is not None:
             u = detail.u[i]
-        rows.append(DraftVerdict(i, token, event.drafted_text[i], event.p_draft[i], event.p_target[i],
-                                 event.accept_probs[i], verdict, choice, margin, u))
+        known = event.p_target is not None and event.p_draft is not None
+        rows.append(DraftVerdict(i, token, event.drafted_text[i], event.p_draft[i] if known else None,
+                                 event.p_target[i] if known else None, event.accept_probs[i] if known else None,
+                                 verdict, choice, margin, u))
     has_token = event.kind != EOS_ACCEPTED
     return StepExplanation(
         step=event.step, greedy=event.greedy, drafter=event.drafter, rows=tuple(rows), kind=event.kind,
         token_text=event.emitted_text[-1] if has_token else None,
-        token_margin=event.margins[-1] if has_token else None, detail=detail,
+        token_margin=event.margins[-1] if has_token and event.margins is not None else None, detail=detail,
+        engine=event.engine, unseen_rejected=event.unseen_rejected,
     )

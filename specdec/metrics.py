@@ -29,7 +29,7 @@ def estimate_alpha(events: list[StepEvent]) -> float:
     rejection, or after K acceptances with no rejection seen). accepted / drafted is not: the
     drafts after a rejection are never checked, yet count as not accepted."""
     accepted = sum(e.accepted for e in events)
-    rejections = sum(1 for e in events if e.accepted < len(e.drafted))
+    rejections = sum(1 for e in events if e.accepted < e.n_drafted)
     return accepted / (accepted + rejections) if accepted + rejections else 0.0
 
 
@@ -37,7 +37,7 @@ def estimate_alpha(events: list[StepEvent]) -> float:
 class RunMetrics:
     tokens: int  # new tokens emitted
     target_passes: int  # target forward passes (= steps)
-    drafted: int  # draft tokens proposed
+    drafted: int  # draft tokens proposed (named or only counted: StepEvent.n_drafted)
     accepted: int  # draft tokens kept
     rejections: int  # steps that turned a draft token down
     alpha: float  # per-token acceptance probability, estimated (estimate_alpha)
@@ -49,11 +49,11 @@ class RunMetrics:
     mean_k: float  # mean draft length over steps that drafted
     model_steps: int  # steps drafted by the draft model
     lookup_steps: int  # steps drafted by prompt lookup (no model pass)
-    draft_pass_s: float  # drafting seconds per drafted token (a draft-model pass; next to nothing for lookup; a blend for "auto")
+    draft_pass_s: float | None  # drafting seconds per drafted token (a draft-model pass; next to nothing for lookup; a blend for "auto"); None: the engine does not time drafting apart
     model_draft_pass_s: float | None  # the same over the draft model's steps only (None when it drafted nothing)
-    target_pass_s: float  # median seconds of one target pass, any length
-    verify_pass_s: float  # mean seconds of the target pass of a step that drafted (K+1 tokens)
-    step_s: float  # mean seconds of a whole step: drafting + target pass
+    target_pass_s: float | None  # median seconds of one target pass, any length (None: not timed apart)
+    verify_pass_s: float | None  # mean seconds of the target pass of a step that drafted (K+1 tokens) (None: not timed apart)
+    step_s: float  # mean seconds of a whole step: drafting + target pass (from elapsed_s where an engine does not time them apart)
     decode_step_s: float | None  # seconds of one plain decode step of the target (None: not known)
     decode_step_from: str  # where decode_step_s came from (FROM_PLAIN, FROM_ONE_TOKEN_PASS, FROM_OWN_STEPS or "")
     cost_ratio_c: float | None  # draft_pass_s / decode_step_s (next to 0 for prompt lookup)
@@ -77,18 +77,24 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     elsewhere (see summarize_runs); else the run's own one-token steps, if it has any."""
     tokens = events[-1].total_tokens if events else 0
     passes = len(events)
-    drafted = sum(len(e.drafted) for e in events)
+    drafted = sum(e.n_drafted for e in events)
     accepted = sum(e.accepted for e in events)
     seconds = events[-1].elapsed_s if events else 0.0
-    drafting = [e for e in events if e.drafted]
+    drafting = [e for e in events if e.n_drafted]
+    timed = all(e.draft_s is not None and e.verify_s is not None for e in events)  # a remote engine reports neither
     by_model = [e for e in drafting if e.drafter == "model"]
-    mean_k = statistics.fmean(len(e.drafted) for e in drafting) if drafting else 0.0
-    draft_pass_s = sum(e.draft_s for e in drafting) / drafted if drafted else 0.0
-    model_drafted = sum(len(e.drafted) for e in by_model)
-    model_draft_pass_s = sum(e.draft_s for e in by_model) / model_drafted if model_drafted else None
-    verify_pass_s = statistics.fmean(e.verify_s for e in drafting) if drafting else 0.0
-    step_s = statistics.fmean(e.draft_s + e.verify_s for e in events) if events else 0.0
-    one_token = [e.verify_s for e in events if not e.drafted]
+    mean_k = statistics.fmean(e.n_drafted for e in drafting) if drafting else 0.0
+    model_drafted = sum(e.n_drafted for e in by_model)
+    if timed:
+        draft_pass_s = sum(e.draft_s for e in drafting) / drafted if drafted else 0.0
+        model_draft_pass_s = sum(e.draft_s for e in by_model) / model_drafted if model_drafted else None
+        verify_pass_s = statistics.fmean(e.verify_s for e in drafting) if drafting else 0.0
+        step_s = statistics.fmean(e.draft_s + e.verify_s for e in events) if events else 0.0
+        one_token = [e.verify_s for e in events if not e.n_drafted]
+    else:  # steps timed only by arrival: a step lasts from the previous step's arrival to its own
+        draft_pass_s = model_draft_pass_s = verify_pass_s = None
+        step_s = seconds / passes if passes else 0.0
+        one_token = []
     if decode_step_s is None and one_token:
         decode_step_s, decode_step_from = statistics.fmean(one_token), FROM_OWN_STEPS
     if decode_step_s is None:
@@ -101,7 +107,9 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     tokens_per_step = tokens / passes if passes else 0.0
 
     c = draft_c = verify = textbook = with_verify = from_passes = None
-    if decode_step_s:
+    if decode_step_s and not timed:  # only the accounting needs no time apart
+        from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
+    elif decode_step_s:
         c = draft_pass_s / decode_step_s
         draft_c = model_draft_pass_s / decode_step_s if model_draft_pass_s is not None else None
         verify = verify_pass_s / decode_step_s if drafting else 1.0
@@ -113,7 +121,7 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
         target_passes=passes,
         drafted=drafted,
         accepted=accepted,
-        rejections=sum(1 for e in events if e.accepted < len(e.drafted)),
+        rejections=sum(1 for e in events if e.accepted < e.n_drafted),
         alpha=alpha,
         accepted_share=accepted / drafted if drafted else 0.0,
         tokens_per_step=tokens_per_step,
@@ -125,7 +133,7 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
         lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
         draft_pass_s=draft_pass_s,
         model_draft_pass_s=model_draft_pass_s,
-        target_pass_s=statistics.median(e.verify_s for e in events) if events else 0.0,
+        target_pass_s=(statistics.median(e.verify_s for e in events) if events else 0.0) if timed else None,
         verify_pass_s=verify_pass_s,
         step_s=step_s,
         decode_step_s=decode_step_s,

@@ -37,12 +37,12 @@ CSV_COLUMNS = (
     ("rejected", "draft tokens the target turned down"),
     ("emitted", "tokens added to the output this step (accepted + the target's own)"),
     ("kind", "the last emitted token: correction, bonus, plain, or eos (an accepted draft ended the run)"),
-    ("draft_s", "seconds spent drafting this step"),
-    ("verify_s", "seconds spent in the target pass this step"),
+    ("draft_s", "seconds spent drafting this step (empty: the engine does not report it apart)"),
+    ("verify_s", "seconds spent in the target pass this step (empty: the engine does not report it apart)"),
     ("elapsed_s", "seconds since the run started, at the end of this step"),
     ("total_tokens", "output tokens so far"),
     ("text", "text of the emitted tokens"),
-    ("rejected_text", "text of the rejected draft tokens"),
+    ("rejected_text", "text of the rejected draft tokens (empty where the engine does not send it)"),
 )
 
 
@@ -168,7 +168,7 @@ def from_json(text: str | bytes) -> RunRecord:
             raise RecordError(f"runs.{lane}: the steps break the event contract: {err}") from None
     if not lanes["speculative"]:
         raise RecordError("runs.speculative: the record has no steps to show")
-    if any(e.drafted for e in lanes["plain"]):
+    if any(e.n_drafted for e in lanes["plain"]):
         raise RecordError("runs.plain: plain decoding drafts nothing, but a step has drafted tokens")
     created = data.get("created", "")
     one_token_pass_s = data.get("one_token_pass_s")  # optional: absent in files written before it was kept
@@ -224,8 +224,9 @@ def _is(value, kind) -> bool:
 # StepEvent's annotations (strings under `from __future__ import annotations`) -> (kind, is a tuple, may be None).
 _TYPES = {
     "int": (int, False, False), "float": (float, False, False), "bool": (bool, False, False), "str": (str, False, False),
-    "str | None": (str, False, True), "float | None": (float, False, True), "tuple[int, ...]": (int, True, False), "tuple[float, ...]": (float, True, False),
-    "tuple[str, ...]": (str, True, False),
+    "str | None": (str, False, True), "tuple[int, ...]": (int, True, False), "tuple[float, ...]": (float, True, False),
+    "tuple[str, ...]": (str, True, False), "float | None": (float, False, True),
+    "tuple[float, ...] | None": (float, True, True),
 }
 
 
@@ -266,13 +267,17 @@ def csv_rows(record: RunRecord) -> list[dict]:
     for lane, events in zip(LANES, (record.spec, record.plain)):
         for e in events:
             rows.append({
-                "run": lane, "step": e.step, "k": e.k, "drafted": len(e.drafted), "accepted": e.accepted,
-                "rejected": len(e.rejected), "emitted": len(e.emitted), "kind": e.kind,
-                "draft_s": f"{e.draft_s:.6f}", "verify_s": f"{e.verify_s:.6f}", "elapsed_s": f"{e.elapsed_s:.6f}",
+                "run": lane, "step": e.step, "k": e.k, "drafted": e.n_drafted, "accepted": e.accepted,
+                "rejected": e.n_rejected, "emitted": len(e.emitted), "kind": e.kind,
+                "draft_s": _seconds(e.draft_s), "verify_s": _seconds(e.verify_s), "elapsed_s": _seconds(e.elapsed_s),
                 "total_tokens": e.total_tokens, "text": "".join(e.emitted_text),
                 "rejected_text": "".join(e.drafted_text[e.accepted:]),
             })
     return rows
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"  # empty: the engine did not report it
 
 
 def to_csv(record: RunRecord) -> str:

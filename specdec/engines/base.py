@@ -1,0 +1,91 @@
+"""What every remote engine shares: its one-line error, the protocol of a source of steps, and the
+assembler that turns "these tokens, so many drafted, so many accepted" into StepEvents."""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol
+
+from ..events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from ..text import TextTracker
+
+SPECDEC, LLAMA_CPP, VLLM = "specdec", "llama.cpp", "vllm"
+ENGINES = (SPECDEC, LLAMA_CPP, VLLM)  # values of StepEvent.engine
+
+
+class EngineError(RuntimeError):
+    """A remote engine failed; the message is one line that names the engine, the address and what
+    went wrong (not reachable, answered something else, speculation off, exited, see log ...)."""
+
+
+class StepSource(Protocol):
+    """A source of StepEvents: one target pass of a real engine per event, in order.
+
+    The plain lane is the same kind of source on a server started without a draft."""
+
+    engine: str  # StepEvent.engine of what it yields
+
+    def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
+        """Generate greedily from `prompt_ids` (already templated) and yield one event per step,
+        as soon as the step is known. Raises EngineError with one line on any failure."""
+        ...
+
+
+def template_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
+    """The prompt's token ids as this project's engine builds them (chat template when asked and
+    the tokenizer has one), so a remote engine sees exactly the same prompt."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("prompt must be non-empty text")
+    if chat and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+class StepAssembler:
+    """Builds the events of one remote run, step by step, from what the engine says of each step.
+
+    Text pieces come from the project's tokenizer over the whole sequence (specdec.text), as in our
+    engine. The engine names only the tokens it emitted, so `drafted` holds the accepted drafts and
+    the rejected ones are counted in `unseen_rejected`; p, q, margins and the draft/verify seconds
+    are None (not reported)."""
+
+    def __init__(self, engine: str, tokenizer, prompt_ids: list[int], k: int = 0):
+        self.engine = engine
+        self.text = TextTracker(tokenizer, prompt_ids)
+        self.k = k  # the draft length the server was started with (0: plain); per step the drafted count is used
+        self.step = 0
+        self.total = 0
+
+    def event(self, ids: list[int], drafted: int, accepted: int, elapsed_s: float, finish: str | None = None) -> StepEvent:
+        """One step: `ids` the tokens it emitted, in order; `drafted`/`accepted` the engine's counts
+        for it (drafted 0: a plain step, e.g. the first token, which comes from the prompt pass).
+
+        Normally len(ids) == accepted + 1 (the accepted drafts, then the target's own token). Fewer
+        means the run ended inside the step, on an accepted draft (an end-of-text token among them,
+        or a length limit the engine did not take off its counts): the step is then of kind "eos",
+        its accepted count cut to the tokens emitted, like our engine's; the drafts the engine
+        rejected stay counted."""
+        if not ids:
+            raise ValueError("a step emits at least one token")
+        if drafted < 0 or accepted < 0:
+            raise ValueError(f"drafted {drafted} and accepted {accepted} must not be negative")
+        rejected = max(0, drafted - accepted)  # an engine never reports more accepted than drafted; clamp if it does
+        if len(ids) > accepted + 1:
+            raise ValueError(f"{self.engine} step {self.step}: {len(ids)} tokens for {accepted} accepted drafts + 1")
+        if not drafted and not accepted:
+            kind = PLAIN
+        elif len(ids) <= accepted:  # cut short on an accepted draft
+            kind, accepted = EOS_ACCEPTED, len(ids)
+        else:
+            kind = CORRECTION if rejected else BONUS
+        pieces = tuple(self.text.commit(list(ids)))
+        self.total += len(ids)
+        event = StepEvent(
+            step=self.step, drafted=tuple(ids[:accepted]), accepted=accepted, emitted=tuple(ids), kind=kind,
+            p_target=None, p_draft=None, draft_s=None, verify_s=None, total_tokens=self.total, elapsed_s=elapsed_s,
+            emitted_text=pieces, drafted_text=pieces[:accepted], margins=None,
+            k=accepted + rejected if kind != PLAIN else 0, finish=finish, drafter="model" if kind != PLAIN else "",
+            engine=self.engine, unseen_rejected=rejected,
+        )
+        self.step += 1
+        return event

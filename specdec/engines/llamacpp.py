@@ -1,0 +1,231 @@
+"""llama.cpp's llama-server as a source of StepEvents, and the embedded pair's servers.
+
+A run is one streamed `/completion` request: the prompt goes as token ids (templated by the
+project's tokenizer, so the server sees exactly the prompt our engine sees), and with
+`"timings_per_token": true` every chunk carries one token id and the server's cumulative counters
+`timings.draft_n` (tokens drafted) and `timings.draft_n_accepted`. The counters move once per verify
+step, before the step's tokens are sent, so a chunk whose counters differ from the last ones opens
+a new step of (accepted + 1) tokens: its accepted drafts, then the target's own token. A token with
+unchanged counters after a complete step is a step that drafted nothing (the first token comes from
+the prompt pass; near the length limit the server drafts no more than fits).
+
+What llama-server does not send stays None: the rejected drafts' ids and text (only their count),
+p_target and p_draft, logit margins, and the draft and verify seconds apart (elapsed_s is the
+client's clock at each step's arrival, from the moment the request was sent: prompt included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..events import FINISH_EOS, FINISH_LENGTH, StepEvent
+from .base import LLAMA_CPP, EngineError, StepAssembler
+from .server import Progress, ServerProcess, free_port
+from .stream import get_json, post_stream
+
+K = 5  # draft tokens per step the speculative server is started with (--spec-draft-n-max)
+CONTEXT = 2048  # tokens of context per server: prompts and outputs here are a few hundred
+THREADS = 2  # -t and -td: the machines this project runs on have 2 cores
+START_TIMEOUT_S = 180.0  # loading the two GGUF files takes seconds; a slow disk or a busy machine more
+SPEC_OFF_AFTER = 16  # tokens after which a speculative server that drafted nothing has speculation off
+PLAIN, SPECULATIVE = "plain", "speculative"
+
+
+def server_argv(binary, target, draft=None, *, port: int, k: int = K, threads: int = THREADS, context: int = CONTEXT) -> list[str]:
+    """llama-server's command line: plain with no draft; speculative with the draft model.
+    `--spec-type draft-simple` is needed: the default type is none, which loads -md and never uses it."""
+    argv = [str(binary), "-m", str(target), "-c", str(context), "-t", str(threads), "-np", "1",
+            "--host", "127.0.0.1", "--port", str(port)]
+    if draft is not None:
+        argv += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "-td", str(threads)]
+    return argv
+
+
+def start_server(lane: str, *, k: int = K, port: int | None = None, progress: Progress | None = None) -> ServerProcess:
+    """Start llama-server on the embedded pair's GGUF files (building it first if needed) and wait
+    until it answers. The caller stops it (ServerProcess.stop, or use it as a context manager)."""
+    from ..bundle import gguf_files
+    from .llamacpp_build import build
+
+    if lane not in (PLAIN, SPECULATIVE):
+        raise ValueError(f"lane must be one of {PLAIN!r}, {SPECULATIVE!r}, got {lane!r}")
+    binary = build()
+    target, draft = gguf_files()
+    port = port or free_port()
+    argv = server_argv(binary, target, draft if lane == SPECULATIVE else None, port=port, k=k)
+    return ServerProcess(f"llama.cpp {lane}", argv, port, timeout_s=START_TIMEOUT_S, progress=progress).start()
+
+
+def embedded_tokenizer():
+    """The embedded pair's tokenizer without loading its models (for tests and the bench's checks;
+    the page passes its loaded pair's): the converted target's, else read from the GGUF file."""
+    from transformers import AutoTokenizer
+
+    from ..bundle import gguf_files
+
+    target, _ = gguf_files()
+    converted = target.parent.parent / target.stem  # bundle layout: <cache>/<bundle>/gguf/<key>.gguf beside <cache>/<bundle>/<key>/
+    if (converted / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(converted)
+    return AutoTokenizer.from_pretrained(target.parent, gguf_file=target.name)
+
+
+@dataclass
+class EmbeddedServers:
+    """The embedded pair's two llama.cpp servers, for the page: their URLs, and stop() when done."""
+
+    speculative: ServerProcess
+    plain: ServerProcess
+
+    @property
+    def spec_url(self) -> str:
+        return self.speculative.url
+
+    @property
+    def plain_url(self) -> str:
+        return self.plain.url
+
+    def stop(self) -> None:
+        self.speculative.stop()
+        self.plain.stop()
+
+
+def start_embedded_servers(*, k: int = K, progress: Progress | None = None) -> EmbeddedServers:
+    """Both servers at once (about 1.3 GB resident each with the draft, less without), for a page
+    that alternates speculative and plain runs. Raises EngineError with one line."""
+    spec = start_server(SPECULATIVE, k=k, progress=progress)
+    try:
+        return EmbeddedServers(spec, start_server(PLAIN, progress=progress))
+    except BaseException:
+        spec.stop()
+        raise
+
+
+def check_server(base_url: str, timeout: float = 5.0) -> dict:
+    """GET /health and /props of a running llama-server; EngineError with one line when it cannot be
+    reached or is not a ready llama-server."""
+    health = get_json(LLAMA_CPP, base_url, "/health", timeout)
+    if health.get("status") != "ok":
+        raise EngineError(f"{LLAMA_CPP} at {base_url} is not ready: /health says {health}")
+    props = get_json(LLAMA_CPP, base_url, "/props", timeout)
+    if "default_generation_settings" not in props:
+        raise EngineError(f"{LLAMA_CPP} at {base_url} answered something else on /props: not a llama-server")
+    return props
+
+
+class LlamaCppSource:
+    """Steps of one llama-server, read from its stream (see the module's docstring).
+
+    `speculative`: the server should draft (one started with -md and --spec-type draft-simple);
+    a run on which it drafts nothing in SPEC_OFF_AFTER tokens fails with "speculation is off".
+    Plain (False): the server must not draft; one that does fails too, since it is no plain baseline."""
+
+    engine = LLAMA_CPP
+
+    def __init__(self, base_url: str, tokenizer, *, speculative: bool, eos_ids=(), timeout: float = 120.0):
+        self.base_url = base_url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.speculative = speculative
+        self.eos_ids = frozenset(eos_ids) or eos_ids_of(tokenizer)  # tokens that end a run: its last event says "eos"
+        self.timeout = timeout  # seconds to wait for each chunk
+        self.final: dict | None = None  # the server's last chunk of the latest run (its totals: tokens, timings, stop_type)
+
+    def request(self, prompt_ids: list[int], max_new_tokens: int) -> dict:
+        return {
+            "prompt": list(prompt_ids), "n_predict": max_new_tokens, "stream": True,
+            "timings_per_token": True,  # the draft counters on every chunk
+            "return_tokens": True,  # the final chunk lists every generated id: a check on the stream
+            "temperature": 0.0,  # greedy, like the page's exactness check
+            "cache_prompt": False,  # every run processes its prompt, as ours does
+        }
+
+    def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        steps = StepAssembler(self.engine, self.tokenizer, prompt_ids)
+        self.final = None
+        seen = (0, 0)  # the counters (draft_n, draft_n_accepted) at the start of the current step
+        step: list[int | None] = []  # ids received of the current step (None: held back by the server, see below)
+        drafted = accepted = 0  # the current step's share of the counters
+        done: list[tuple] = []  # complete steps not yet yielded: (ids, drafted, accepted, elapsed)
+        received = 0  # tokens accounted for so far
+        where = f"{self.engine} at {self.base_url}"
+        elapsed = 0.0
+        for elapsed, chunk in post_stream(self.engine, self.base_url, "/completion", self.request(prompt_ids, max_new_tokens), self.timeout):
+            if chunk.get("stop") is True:
+                self.final = chunk
+                break
+            ids, timings = chunk.get("tokens"), chunk.get("timings")
+            if ids == []:  # a chunk with no token (the stream's opening, prompt progress)
+                continue
+            if not isinstance(ids, list) or not isinstance(timings, dict):
+                raise EngineError(f"{where} answered something else: a stream chunk without token ids and timings "
+                                  "(is it llama.cpp's llama-server?)")
+            # llama-server sends no chunk for a token that leaves a UTF-8 character unfinished; the
+            # next chunk's position (tokens_predicted) shows the gap. Its id arrives with the final
+            # chunk; the steps from there on wait for it.
+            position = chunk.get("tokens_predicted")
+            missing = position - received - len(ids) if isinstance(position, int) else 0
+            counters = (int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))  # absent until a draft
+            for token in [None] * max(0, missing) + ids:
+                received += 1
+                if counters != seen and not step:  # the counters moved: a verify step starts with this token
+                    drafted, accepted = counters[0] - seen[0], counters[1] - seen[1]
+                    seen = counters
+                elif counters != seen:  # llama-server never continues after a step it cut short
+                    raise EngineError(f"{where}: a step of {len(step)} tokens was followed by another before its {accepted + 1}")
+                elif not step:  # nothing drafted: one token from one target pass
+                    drafted = accepted = 0
+                step.append(token)
+                if len(step) == accepted + 1 or token in self.eos_ids or received >= max_new_tokens:
+                    done.append((step, drafted, accepted, elapsed))
+                    step = []
+            while done and None not in done[0][0]:  # yield every complete step whose ids are all known
+                yield self._event(steps, *done.pop(0), max_new_tokens)
+            self._check_lane(where, counters, received)
+        if step:  # the stream ended inside a step (a stop the server found that we do not look for)
+            done.append((step, drafted, accepted, elapsed))
+        if done:
+            self._fill(where, done)
+            for held in done:
+                yield self._event(steps, *held, max_new_tokens)
+        if self.speculative and seen == (0, 0) and received >= 4:
+            raise EngineError(self._off(where, received))
+
+    def _event(self, steps: StepAssembler, ids, drafted, accepted, elapsed, max_new_tokens) -> StepEvent:
+        last = ids[-1]
+        finish = FINISH_EOS if last in self.eos_ids else FINISH_LENGTH if steps.total + len(ids) >= max_new_tokens else None
+        return steps.event(ids, drafted, accepted, elapsed, finish)
+
+    def _fill(self, where: str, held: list[tuple]) -> None:
+        """Put the ids of held-back tokens in place, from the final chunk's list of every generated id."""
+        if not any(None in ids for ids, *_ in held):
+            return
+        every = (self.final or {}).get("tokens")
+        if not isinstance(every, list):
+            raise EngineError(f"{where} held back a token and its final chunk does not list the generated ids")
+        start = len(every) - sum(len(ids) for ids, *_ in held)  # the held steps are the run's last tokens
+        for ids, *_ in held:
+            for i in range(len(ids)):
+                if ids[i] is None:
+                    ids[i] = every[start + i]
+            start += len(ids)
+
+    def _check_lane(self, where: str, counters: tuple[int, int], total: int) -> None:
+        if not self.speculative and counters[0]:
+            raise EngineError(f"{where} drafts (draft_n moved), so it is no plain baseline: start the plain lane's server without -md")
+        if self.speculative and not counters[0] and total >= SPEC_OFF_AFTER:
+            raise EngineError(self._off(where, total))
+
+    def _off(self, where: str, total: int) -> str:
+        return (f"{where} has speculation off: draft_n stayed 0 over {total} tokens "
+                "(start it with -md DRAFT.gguf --spec-type draft-simple; the default type is none)")
+
+
+def eos_ids_of(tokenizer) -> frozenset[int]:
+    """Tokens that end a run for this tokenizer: its end-of-sequence token and the chat turn's end."""
+    ids = {getattr(tokenizer, "eos_token_id", None)}
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    ids |= {vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>") if t in vocab}
+    return frozenset(i for i in ids if i is not None)

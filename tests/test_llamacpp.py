@@ -1,0 +1,122 @@
+"""llama.cpp's llama-server on the embedded pair, started by the tests (one server at a time):
+the steps recovered from its live stream add up to the server's own totals, greedy text with
+speculation equals its plain text, the events keep the contract, and a lane pointed at the wrong
+kind of server says so in one line. Skipped, with the reason, only where llama-server cannot be
+built (no cmake or C++ compiler) or the embedded pair is not installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.engines.base import EngineError, template_prompt
+from specdec.engines.server import free_port
+from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
+
+PROMPTS = ("Write a Python function that returns the sum of the squares of a list of numbers.",
+           "def is_palindrome(s):")
+MAX_NEW_TOKENS = 40
+K = 4
+
+
+def _run(source, prompt_ids):
+    """The events of one run and the server's final chunk (its own totals)."""
+    events = list(source.iter_events(prompt_ids, MAX_NEW_TOKENS))
+    return events, source.final
+
+
+@pytest.fixture(scope="session")
+def llamacpp():
+    """Runs every prompt on the speculative server, stops it, then on the plain server: one at a time."""
+    from specdec.bundle import BundleError
+    from specdec.engines.llamacpp import PLAIN as PLAIN_LANE
+    from specdec.engines.llamacpp import SPECULATIVE, LlamaCppSource, embedded_tokenizer, start_server
+    from specdec.engines.llamacpp_build import BuildUnavailable, build
+
+    try:
+        build()
+        tokenizer = embedded_tokenizer()
+    except BuildUnavailable as err:
+        pytest.skip(str(err))
+    except BundleError as err:
+        pytest.skip(f"the embedded pair is not installed: {err}")
+    prompt_ids = [template_prompt(tokenizer, p, chat=True) for p in PROMPTS]
+    out = {"tokenizer": tokenizer, "prompt_ids": prompt_ids}
+    for lane in (SPECULATIVE, PLAIN_LANE):
+        with start_server(lane, k=K) as server:
+            source = LlamaCppSource(server.url, tokenizer, speculative=lane == SPECULATIVE)
+            out[lane] = [_run(source, ids) for ids in prompt_ids]
+            out[f"{lane} rss"] = server.rss_bytes()
+            wrong = LlamaCppSource(server.url, tokenizer, speculative=lane != SPECULATIVE)  # the other lane's role
+            with pytest.raises(EngineError) as err:
+                list(wrong.iter_events(prompt_ids[0], MAX_NEW_TOKENS))
+            out[f"{lane} as the other lane"] = str(err.value)
+    return out
+
+
+def test_events_keep_the_contract_and_say_what_is_unknown(llamacpp):
+    for lane in ("speculative", "plain"):
+        for events, _ in llamacpp[lane]:
+            check_invariants(events)
+            assert all(e.engine == "llama.cpp" and e.p_target is None and e.margins is None and e.draft_s is None for e in events)
+            assert all(b.elapsed_s >= a.elapsed_s for a, b in zip(events, events[1:]))
+    for events, _ in llamacpp["plain"]:
+        assert {e.kind for e in events} == {PLAIN} and all(e.n_drafted == 0 for e in events)
+    spec_kinds = {e.kind for events, _ in llamacpp["speculative"] for e in events}
+    assert spec_kinds & {BONUS, CORRECTION}, spec_kinds
+    assert all(e.n_drafted <= K for events, _ in llamacpp["speculative"] for e in events)
+
+
+@pytest.mark.parametrize("lane", ["speculative", "plain"])
+def test_steps_add_up_to_the_servers_totals(llamacpp, lane):
+    for events, final in llamacpp[lane]:
+        timings = final["timings"]
+        ids = [t for e in events for t in e.emitted]
+        assert ids == final["tokens"], "the streamed ids are the ones the server reports at the end"
+        assert events[-1].total_tokens == len(ids) == final["tokens_predicted"] == timings["predicted_n"]
+        drafted = sum(e.n_drafted for e in events)
+        accepted = sum(e.accepted for e in events)
+        cut = events[-1].kind == EOS_ACCEPTED  # an end token among accepted drafts: the rest of that step is dropped
+        assert drafted <= timings.get("draft_n", 0) if cut else drafted == timings.get("draft_n", 0)
+        assert accepted <= timings.get("draft_n_accepted", 0) if cut else accepted == timings.get("draft_n_accepted", 0)
+        assert events[0].kind == PLAIN, "the first token comes from the prompt pass"
+        stop = final.get("stop_type")
+        assert events[-1].finish == {"eos": "eos", "limit": "length"}[stop], (stop, events[-1])
+
+
+def test_greedy_speculative_text_equals_its_plain_text(llamacpp):
+    tokenizer = llamacpp["tokenizer"]
+    for (spec, _), (plain, _) in zip(llamacpp["speculative"], llamacpp["plain"]):
+        spec_ids = [t for e in spec for t in e.emitted]
+        assert spec_ids == [t for e in plain for t in e.emitted]
+        assert "".join(p for e in spec for p in e.emitted_text) == tokenizer.decode(spec_ids, skip_special_tokens=True)
+
+
+def test_a_lane_on_the_wrong_server_says_so(llamacpp):
+    assert "has speculation off: draft_n stayed 0 over 16 tokens" in llamacpp["plain as the other lane"]
+    assert "drafts (draft_n moved), so it is no plain baseline" in llamacpp["speculative as the other lane"]
+
+
+def test_an_unreachable_server_is_one_line():
+    from specdec.config import GenerationConfig
+    from specdec.engines.remote import remote_events
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(EngineError, match=rf"^llama.cpp at {url} is not reachable \(.*\)$"):
+        list(remote_events("llama.cpp", url, "hi", _Bare(), GenerationConfig(max_new_tokens=4)))
+    with pytest.raises(ValueError, match="engine must be one of 'llama.cpp'"):
+        list(remote_events("other", url, "hi", _Bare(), GenerationConfig(max_new_tokens=4)))
+    with pytest.raises(ValueError, match="temperature must be 0"):
+        list(remote_events("llama.cpp", url, "hi", _Bare(), GenerationConfig(max_new_tokens=4, temperature=0.7)))
+
+
+class _Bare:
+    """A tokenizer with no chat template that maps a prompt to three ids (no model needed)."""
+
+    eos_token_id = 0
+    chat_template = None
+
+    def __call__(self, text, **_):
+        return {"input_ids": [1, 2, 3]}
+
+    def decode(self, ids, **_):
+        return "x" * len(ids)

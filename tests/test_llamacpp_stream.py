@@ -1,0 +1,177 @@
+"""LlamaCppSource against a stand-in for llama-server's /completion stream (its chunk format: one
+token id per chunk, cumulative draft counters in `timings`, a final chunk with the totals): steps
+are cut where the counters move, end tokens and the length limit set `finish`, and a lane on the
+wrong kind of server, or a server that is not llama-server, fails in one line. No build, no model."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specdec.engines.base import EngineError
+from specdec.engines.llamacpp import LlamaCppSource
+from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
+from tests.test_engines_shared import Letters
+
+EOS = 99
+
+
+def chunks(steps: list[tuple[list[int], int, int]], stop_type: str = "limit") -> list[dict]:
+    """llama-server's stream for these steps: (ids, drafted, accepted) each, counters moved before a step's tokens."""
+    out, drafted, accepted, ids = [], 0, 0, []
+    for step_ids, d, a in steps:
+        drafted, accepted = drafted + d, accepted + a
+        timings = {"predicted_n": 0} | ({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {})
+        for token in step_ids:
+            ids.append(token)
+            out.append({"content": "x", "tokens": [token], "stop": False, "tokens_predicted": len(ids), "timings": dict(timings)})
+    out.insert(0, {"content": "", "tokens": [], "stop": False, "timings": {"predicted_n": 0}})  # the opening chunk
+    final = {"predicted_n": len(ids)} | ({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {})
+    out.append({"content": "", "tokens": ids, "stop": True, "stop_type": stop_type, "tokens_predicted": len(ids), "timings": final})
+    return out
+
+
+class Fake(BaseHTTPRequestHandler):
+    stream: list[dict] = []
+    raw: bytes | None = None
+    last_request: dict = {}
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        Fake.last_request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = Fake.raw if Fake.raw is not None else b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in Fake.stream)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def run(url, steps, max_new_tokens=64, speculative=True, stop_type="limit"):
+    Fake.stream, Fake.raw = chunks(steps, stop_type), None
+    source = LlamaCppSource(url, Letters(), speculative=speculative, eos_ids=[EOS])
+    events = list(source.iter_events([0, 1], max_new_tokens))
+    check_invariants(events)
+    return events, source
+
+
+def test_steps_are_cut_where_the_counters_move(url):
+    steps = [([2], 0, 0), ([3, 4, 5, 6, 7, 8], 5, 5), ([9, 10, 11], 5, 2), ([12], 5, 0), ([13], 0, 0), ([14, 15], 1, 1)]
+    events, source = run(url, steps, max_new_tokens=14)
+    assert [e.kind for e in events] == [PLAIN, BONUS, CORRECTION, CORRECTION, PLAIN, BONUS]
+    assert [list(e.emitted) for e in events] == [s[0] for s in steps]
+    assert [(e.n_drafted, e.accepted, e.unseen_rejected) for e in events] == [(0, 0, 0), (5, 5, 0), (5, 2, 3), (5, 0, 5), (0, 0, 0), (1, 1, 0)]
+    assert events[-1].finish == "length" and all(e.finish is None for e in events[:-1])
+    assert source.final["tokens_predicted"] == 14
+    request = Fake.last_request
+    assert request["prompt"] == [0, 1] and request["stream"] and request["timings_per_token"] and request["temperature"] == 0
+
+
+def test_an_end_token_among_accepted_drafts_ends_the_run(url):
+    events, _ = run(url, [([2], 0, 0), ([3, EOS], 4, 3)], stop_type="eos")
+    assert events[-1].kind == EOS_ACCEPTED and events[-1].accepted == 2 and events[-1].emitted == (3, EOS)
+    assert events[-1].finish == "eos" and events[-1].unseen_rejected == 1
+
+
+def test_an_end_token_as_the_targets_own_ends_the_run(url):
+    events, _ = run(url, [([2], 0, 0), ([3, EOS], 4, 1)], stop_type="eos")
+    assert events[-1].kind == CORRECTION and events[-1].finish == "eos"
+
+
+def test_a_plain_lane_on_a_drafting_server_fails(url):
+    with pytest.raises(EngineError, match="drafts \\(draft_n moved\\), so it is no plain baseline"):
+        run(url, [([2], 0, 0), ([3, 4], 3, 1)], speculative=False)
+
+
+def test_speculation_off_is_named(url):
+    with pytest.raises(EngineError, match="has speculation off: draft_n stayed 0 over 16 tokens"):
+        run(url, [([i], 0, 0) for i in range(2, 30)])
+    with pytest.raises(EngineError, match="has speculation off: draft_n stayed 0 over 5 tokens"):
+        run(url, [([i], 0, 0) for i in range(2, 7)])  # a short run is judged at its end
+    events, _ = run(url, [([i], 0, 0) for i in range(2, 30)], speculative=False)  # the same stream is a fine plain run
+    assert len(events) == 28
+
+
+def test_a_server_that_is_not_llama_server_is_named(url):
+    Fake.raw = b'data: {"choices": [{"text": "hi"}]}\n\n'
+    with pytest.raises(EngineError, match="answered something else: a stream chunk without token ids and timings"):
+        list(LlamaCppSource(url, Letters(), speculative=True).iter_events([0], 8))
+    Fake.raw = None
+
+
+def serve(stream: list[dict]):
+    handler = type("One", (Fake,), {})
+
+    def do_post(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in stream)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    handler.do_POST = do_post
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkeypatch):
+    from specdec import bench
+    from specdec.engines import llamacpp
+
+    ids = [5, 6, 7, 8, 9, 10]
+    spec = serve(chunks([([5], 0, 0), ([6, 7, 8], 3, 2), ([9, 10], 3, 1)]))
+    plain = serve(chunks([([t], 0, 0) for t in ids]))
+    started = []
+
+    class Stub:
+        def __init__(self, server):
+            self.url = f"http://127.0.0.1:{server.server_address[1]}"
+
+        def stop(self):
+            started.append("stopped")
+
+    def start_server(lane, k):
+        started.append((lane, k))
+        return Stub(spec if lane == llamacpp.SPECULATIVE else plain)
+
+    monkeypatch.setattr(llamacpp, "start_server", start_server)
+    assert bench.expand_modes(["llamacpp_spec"], ["bf16"]) == ["plain", "llamacpp_plain", "llamacpp_spec"]
+    report = bench.bench(tiny_pair, [{"id": "p", "prompt": "def f(x):"}], modes=["llamacpp_spec"], k=3,
+                         max_new_tokens=6, warmup_tokens=2, log=lambda line: None)
+    by = {r["mode"]: r for r in report["results"]}
+    assert by["llamacpp_spec"]["identical_to_plain"] is True and by["llamacpp_plain"]["identical_to_plain"] is None
+    assert by["llamacpp_spec"]["acceptance_rate"] == pytest.approx(3 / 6) and by["llamacpp_spec"]["target_passes"] == 3
+    assert by["llamacpp_spec"]["tokens"] == 6 and by["llamacpp_spec"]["tok_s"] > 0
+    assert report["summary"]["speedup_vs_own_plain"]["llamacpp_spec"] > 0
+    assert "llamacpp_plain" not in report["summary"]["all_identical_to_plain"]
+    assert started[:2] == [("plain", 3), ("speculative", 3)] and started.count("stopped") == 2
+    assert "speedup vs the engine's own plain" in bench.table(report)
+    spec.shutdown()
+    plain.shutdown()
+
+
+def test_a_token_held_back_for_an_unfinished_character_is_filled_in_from_the_final_chunk(url):
+    steps = [([2], 0, 0), ([3, 4, 5], 3, 2), ([6, 7], 3, 1), ([8], 3, 0)]
+    stream = chunks(steps)
+    del stream[3]  # the chunk of token 4 (position 3): llama-server sends none for half a UTF-8 character
+    Fake.stream, Fake.raw = stream, None
+    events = list(LlamaCppSource(url, Letters(), speculative=True, eos_ids=[EOS]).iter_events([0, 1], 7))
+    check_invariants(events)
+    assert [list(e.emitted) for e in events] == [s[0] for s in steps]
+    assert [(e.n_drafted, e.accepted) for e in events] == [(3 * bool(d), a) for _, d, a in steps] and events[-1].finish == "length"
