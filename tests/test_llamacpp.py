@@ -70,8 +70,7 @@ def test_events_keep_the_contract_and_say_what_is_unknown(llamacpp):
 def test_steps_add_up_to_the_servers_totals(llamacpp, lane):
     for events, final in llamacpp[lane]:
         timings = final["timings"]
-        ids = [t for e in events for t in e.emitted]
-        assert ids == final["tokens"], "the streamed ids are the ones the server reports at the end"
+        ids = [t for e in events for t in e.emitted]  # the final chunk of a stream lists no ids: its counts are the check
         assert events[-1].total_tokens == len(ids) == final["tokens_predicted"] == timings["predicted_n"]
         drafted = sum(e.n_drafted for e in events)
         accepted = sum(e.accepted for e in events)

@@ -135,7 +135,7 @@ class LlamaCppSource:
         return {
             "prompt": list(prompt_ids), "n_predict": max_new_tokens, "stream": True,
             "timings_per_token": True,  # the draft counters on every chunk
-            "return_tokens": True,  # the final chunk lists every generated id: a check on the stream
+            "return_tokens": True,  # ids in the final chunk where the server fills them (a streamed run's final chunk has none)
             "temperature": 0.0,  # greedy, like the page's exactness check
             "cache_prompt": False,  # every run processes its prompt, as ours does
         }
@@ -203,8 +203,9 @@ class LlamaCppSource:
         if not any(None in ids for ids, *_ in held):
             return
         every = (self.final or {}).get("tokens")
-        if not isinstance(every, list):
-            raise EngineError(f"{where} held back a token and its final chunk does not list the generated ids")
+        if not isinstance(every, list) or len(every) < sum(len(ids) for ids, *_ in held):
+            raise EngineError(f"{where} held back a token (half a UTF-8 character) and its final chunk does not list "
+                              "the generated ids, so that token's id is unknown")
         start = len(every) - sum(len(ids) for ids, *_ in held)  # the held steps are the run's last tokens
         for ids, *_ in held:
             for i in range(len(ids)):
