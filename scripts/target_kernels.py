@@ -95,6 +95,36 @@ def first_tokens(pair, name: str, prompts: list[dict]) -> dict:
     return out
 
 
+def activation_table(calls: int = 40) -> None:
+    """Which activation dtype the quantized kernels want on this CPU: one 8960 x 1536 weight (the
+    target's gate/up shape), median ms per call at 1 and 6 tokens, against fp32 F.linear."""
+    from specdec.quant import quantize
+
+    w = torch.randn(8960, 1536) * 0.02
+    blocks, cpu = q4k.quantize(w), torch.device("cpu")
+
+    def median_ms(f) -> float:
+        for _ in range(5):
+            f()
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - start)
+        return 1000 * statistics.median(times)
+
+    for n in (1, 6):
+        x, row = torch.randn(n, 1536), [f"{n} tokens:"]
+        for dt in (torch.float32, torch.bfloat16):
+            layer = q4k.Q4KLinear(blocks, 1536, None, torch.float32, dt, cpu)
+            row.append(f"int4 {dt}: {median_ms(lambda: layer(x)):.1f}")
+        for dt in (torch.float32, torch.bfloat16):
+            layer8, xd = QuantLinear(quantize(w, 8), None, dt, cpu), x.to(dt)
+            row.append(f"int8 {dt}: {median_ms(lambda: layer8(xd)):.1f}")
+        row.append(f"fp32 F.linear: {median_ms(lambda: torch.nn.functional.linear(x, w)):.1f}")
+        print("  ".join(row), flush=True)
+
+
 def main() -> int:
     from specdec.bundle import gguf_files
     from specdec.models import load_pair
@@ -105,7 +135,11 @@ def main() -> int:
     parser.add_argument("--prompts", default=str(Path(__file__).resolve().parents[1] / "assets" / "bench_prompts.json"))
     parser.add_argument("--passes", type=int, default=9, help="timed one-token passes per kernel")
     parser.add_argument("--dtype", default=None, help="the pair's dtype (default: automatic)")
+    parser.add_argument("--activations", action="store_true", help="only time one layer per kernel and activation dtype")
     args = parser.parse_args()
+    if args.activations:
+        activation_table()
+        return 0
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {"kernels": {}}
     prompts = load_prompts(args.prompts)
