@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from .bench_modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
-from .bench_report import machine_info, summarize_results, table
+from .bench_report import geomean, machine_info, summarize_results, table
 from .cached_model import CpuLinear
 from .compare import departure, first_difference
 from .config import MAX_K, GenerationConfig
@@ -28,6 +28,7 @@ from .cost_table import costs_for
 from .engine import Decoding
 from .metrics import summarize
 from .models import DTYPES, ModelPair
+from .target_kernels import kernel_target, parse_kernel, release
 from .variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json")
@@ -49,6 +50,7 @@ class Result:
     draft_variant: str | None = None  # the draft as run (our draft-model modes)
     first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
+    target_kernel: str | None = "bf16"  # the target as run (specdec/target_kernels.py); plain is plain decoding on it (None: another engine)
 
 
 # --- the policies ---------------------------------------------------------------------------------
@@ -95,6 +97,7 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
 
 def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -> dict:
     config.validate()
+    kernel_target(pair, config.target_kernel)  # built or loaded once, before the clock starts
     if config.drafter in ("model", "auto"):
         draft_model(pair, config.draft_variant)  # built or loaded once, before the clock starts
     if config.policy == "cost" and config.drafter != "none":
@@ -274,13 +277,13 @@ def vllm_blocks(pair: ModelPair, encoded: list[list[int]], modes, k: int, max_ne
     return out
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None) -> dict:
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16") -> dict:
     if mode in LLAMACPP:
         return run_llamacpp(pair, servers, prompt_ids, mode, max_new_tokens)
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
         return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
     if split_mode(mode)[0] in OURS:
-        return run_ours(pair, prompt_ids, mode_config(mode, k, max_new_tokens, schedule, variant, k_policy))
+        return run_ours(pair, prompt_ids, replace(mode_config(mode, k, max_new_tokens, schedule, variant, k_policy), target_kernel=kernel))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
 
@@ -322,6 +325,7 @@ def bench(
     *,
     modes=DEFAULT_MODES,
     variants: list[str] | None = None,
+    kernels: list[str] | None = None,
     k: int = 5,
     max_new_tokens: int = 96,
     repeats: int = 1,
@@ -330,51 +334,92 @@ def bench(
     warmup_tokens: int = 8,
     log=lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict:
-    """Run every mode on every prompt; return {"results", "summary", "machine", "settings"}.
-    `variants`: the draft variants of the draft-model modes (default: the measured default)."""
+    """Run every mode on every prompt, once per target kernel; return {"results", "summary",
+    "machine", "settings"}. `variants`: the draft variants of the draft-model modes (default: the
+    measured default); `kernels`: the target kernels (default: bf16). Each kernel is compared with
+    plain decoding on the same kernel, a real engine with its own plain decoding; transformers' modes
+    and the real engines run once, beside the bf16 kernel. One built kernel model is resident at a time."""
     variants = variants or [default_variant(pair.name, pair.device)]
     for v in variants:
         parse_variant(v)
+    kernels = list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"])))
     modes = expand_modes(modes, variants)
     if pair.draft is None and any(split_mode(m)[0] in DRAFT_MODES or m.startswith("hf_assisted") for m in modes):
         raise ValueError(f"pair {pair.name!r} has no draft model")
     encoded = [pair.encode_prompt(p["prompt"], chat=p.get("chat", pair.chat), max_new_tokens=max_new_tokens) for p in prompts]
     variant_of = {m: split_mode(m)[1] or variants[0] for m in modes if split_mode(m)[0] in DRAFT_MODES}
-
-    with llamacpp_servers(modes, k) as servers:
-        return _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_new_tokens, repeats, schedule, k_policy,
-                      warmup_tokens, log)
-
-
-def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_new_tokens, repeats, schedule, k_policy,
-           warmup_tokens, log) -> dict:
-    def run(mode, prompt_ids, tokens):
-        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy, servers)
-
-    # vLLM's modes first, each a block with its own server (memory: one at a time); the rest alternate.
+    # vLLM first, each mode a block with its own server, before llama.cpp's servers start (memory: one
+    # engine server beside our pair at a time).
     blocks = vllm_blocks(pair, encoded, modes, k, max_new_tokens, repeats, warmup_tokens, log)
-    alternating = [m for m in modes if m not in VLLM]
+    results, summaries = [], {}
+    with llamacpp_servers(modes, k) as servers:
+        for kernel in kernels:
+            release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
+            own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OURS and m != "plain_int4"]
+            found, summaries[kernel] = _bench_kernel(pair, prompts, encoded, own, variant_of, servers, blocks, kernel, k,
+                                                     max_new_tokens, repeats, schedule, k_policy, warmup_tokens, log)
+            results += found
+    release(pair)
+    summary = dict(summaries[kernels[0]])
+    if len(kernels) > 1:
+        summary["by_kernel"] = summaries
+    summary["fastest_exact"] = fastest_exact(results)
+    return {
+        "results": [asdict(r) for r in results],
+        "summary": summary,
+        "machine": machine_info(pair),
+        "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
+                     "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
+                     "target_kernels": kernels, "best": _best_description(),
+                     "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
+                               "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
+    }
 
+
+def fastest_exact(results: list[Result]) -> dict | None:
+    """The fastest exact configuration (our modes but the lossy lane, on any kernel; geomean tok/s
+    over the prompts) and its tokens/s over the fastest plain configuration of any kernel."""
+    rates: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        if split_mode(r.mode)[0] in OURS and r.mode != "plain_int4":
+            rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
+    if not rates:
+        return None
+    rate = {key: geomean(values) for key, values in rates.items()}
+    (mode, kernel), best = max(rate.items(), key=lambda item: item[1])
+    plain = max((v for (m, _), v in rate.items() if m == "plain"), default=None)
+    return {"mode": mode, "target_kernel": kernel, "tok_s": best, "over_fastest_plain": best / plain if plain else None}
+
+
+def _bench_kernel(pair, prompts, encoded, modes, variant_of, servers, blocks, kernel, k, max_new_tokens, repeats, schedule,
+                  k_policy, warmup_tokens, log):
+    """Every mode on every prompt with the target run by `kernel`: (results, summary). vLLM's runs
+    come done in `blocks`; the other modes alternate."""
+
+    def run(mode, prompt_ids, tokens):
+        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy, servers, kernel)
+
+    alternating = [m for m in modes if m not in VLLM]
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
-    # building (or loading) draft variants and the int4 target, which the timed runs then reuse.
+    # building (or loading) draft variants, target kernels and the int4 target, which the timed runs then reuse.
     for mode in alternating:
         run(mode, encoded[0], warmup_tokens)
 
     results, events = [], {}
-    total = len(prompts) * repeats * len(modes)
+    total = len(prompts) * repeats * len(alternating)
     done = 0
     for i, (p, prompt_ids) in enumerate(zip(prompts, encoded)):
         pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: blocks.get((i, m), []) for m in modes}
+        runs: dict[str, list[dict]] = {m: list(blocks.get((i, m), [])) for m in modes}
         for r in range(repeats):
             # Rotate the order each round so no mode always runs right after another.
             for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
                 out = run(mode, prompt_ids, max_new_tokens)
                 runs[mode].append(out)
                 done += 1
-                log(f"[{done}/{total}] {pid} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s ({len(out['ids']) / out['seconds']:.2f} tok/s)")
+                log(f"[{done}/{total}] {kernel} {pid} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s ({len(out['ids']) / out['seconds']:.2f} tok/s)")
         for mode in modes:
-            plain_ids = runs[OWN_PLAIN.get(mode, "plain")][0]["ids"]
+            reference = runs[OWN_PLAIN.get(mode, "plain")][0]
             seconds = [out["seconds"] for out in runs[mode]]
             first = runs[mode][0]
             median_s = statistics.median(seconds)
@@ -384,12 +429,13 @@ def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_
                 tokens=len(first["ids"]),
                 seconds=median_s,
                 tok_s=len(first["ids"]) / median_s,
-                identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == plain_ids for out in runs[mode]),
+                identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == reference["ids"] for out in runs[mode]),
                 acceptance_rate=first["acceptance_rate"],
                 target_passes=first["target_passes"],
                 mean_k=first["mean_k"],
                 runs_s=seconds,
                 draft_variant=variant_of.get(mode),
+                target_kernel=None if mode in LLAMACPP + VLLM else kernel if split_mode(mode)[0] in OURS else "bf16",  # transformers': as loaded
             )
             if "events" in first:
                 events[pid, mode] = first["events"]
@@ -400,25 +446,18 @@ def _bench(pair, prompts, encoded, modes, variants, variant_of, servers, k, max_
                     "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
                 result.agree_first_64 = d.agree
             elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
-                d = first_difference(first["events"], runs[OWN_PLAIN.get(mode, "plain")][0]["events"], pair.dtype_name)
+                d = first_difference(first["events"], reference["events"], pair.dtype_name)
                 result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
                                            "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
             results.append(result)
 
-    draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items()}
+    draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items() if m in modes}
     draft_gb.update({m: resident_gb(pair.draft) for m in modes if m.startswith("hf_assisted")})
     summary = summarize_results(results, events, modes, draft_gb)
+    summary["target_memory_gb"] = {"plain": resident_gb(kernel_target(pair, kernel))}
     if "plain_int4" in modes:
-        summary["target_memory_gb"] = {"plain": resident_gb(pair.target), "plain_int4": resident_gb(target_model(pair, "int4"))}
-    return {
-        "results": [asdict(r) for r in results],
-        "summary": summary,
-        "machine": machine_info(pair),
-        "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
-                     "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants, "best": _best_description(),
-                     "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
-                               "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
-    }
+        summary["target_memory_gb"]["plain_int4"] = resident_gb(target_model(pair, "int4"))
+    return results, summary
 
 
 def _best_description() -> str:
@@ -433,7 +472,7 @@ def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
 
 
 def run_bench(args) -> int:
-    from .cli_args import load, variant_names
+    from .cli_args import kernel_names, load, variant_names
 
     if getattr(args, "exact", False):
         args.dtype = "fp32"
@@ -445,8 +484,10 @@ def run_bench(args) -> int:
     pair = load(args)
     set_draft_dtype(pair, getattr(args, "draft_dtype", None))
     modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), k=args.k, max_new_tokens=args.max_new_tokens,
-                   repeats=args.repeats, schedule=getattr(args, "schedule", "constant"), k_policy=getattr(args, "k_policy", None))
+    kernels = kernel_names(args)  # bad names fail before the models load
+    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, k=args.k,
+                   max_new_tokens=args.max_new_tokens, repeats=args.repeats, schedule=getattr(args, "schedule", "constant"),
+                   k_policy=getattr(args, "k_policy", None))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

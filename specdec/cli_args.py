@@ -9,6 +9,7 @@ import argparse
 import os
 
 from .config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
+from .target_kernels import KERNELS
 from .variants import VARIANTS, default_variant
 
 
@@ -32,6 +33,12 @@ def add_k_policy_arg(p: argparse.ArgumentParser) -> None:
                         "(measured once, cached) and the acceptance so far")
 
 
+def add_kernel_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
+    more = "; comma-separated to run the modes once per kernel" if several else ""
+    p.add_argument("--target-kernel", default="bf16",
+                   help=f"the target as run: {', '.join(KERNELS)} (default: bf16, the target as loaded{more})")
+
+
 def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain decoding")
     p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
@@ -39,6 +46,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adaptive", action="store_true", help="the same as --k-policy adaptive")
     p.add_argument("--draft-confidence", type=float, default=0.0, help="stop drafting when the draft's top probability falls below this (0 = off)")
     add_variant_arg(p)
+    add_kernel_arg(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -51,7 +59,7 @@ def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens, k=args.k, k_policy=k_policy_of(args),
         draft_confidence=args.draft_confidence, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed, drafter=args.drafter, draft_variant=draft_variant,
+        seed=args.seed, drafter=args.drafter, draft_variant=draft_variant, target_kernel=args.target_kernel,
     ).validate()
 
 
@@ -73,6 +81,14 @@ def variant_names(args, pair) -> list[str]:
     for name in given:
         parse_variant(name)
     return given or [default_variant(pair.name, pair.device)]
+
+
+def kernel_names(args) -> list[str]:
+    """--target-kernel as a list of names (validated)."""
+    from .target_kernels import parse_kernel
+
+    given = [parse_kernel(k.strip()) for k in (getattr(args, "target_kernel", None) or "bf16").split(",") if k.strip()]
+    return list(dict.fromkeys(given)) or ["bf16"]
 
 
 def load(args):
@@ -97,6 +113,7 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=1, help="alternating rounds per prompt")
     p.add_argument("--json", action="store_true")
     add_variant_arg(p, several=True)
+    add_kernel_arg(p, several=True)
     p.add_argument("--draft-dtype", choices=list(DTYPES), help="the draft model's dtype (default: --dtype)")
     p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
     p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")

@@ -26,6 +26,7 @@ class GenerationConfig:
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/variants.py)
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/target_kernels.py)
 
     @property
     def greedy(self) -> bool:
@@ -61,6 +62,9 @@ class GenerationConfig:
         from .variants import parse_variant  # raises naming draft_variant and the allowed names
 
         parse_variant(self.draft_variant)
+        from .target_kernels import parse_kernel  # raises naming target_kernel and the allowed names
+
+        parse_kernel(self.target_kernel)
         return self
 
 

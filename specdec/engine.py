@@ -27,6 +27,7 @@ from .k_policy import Choice, CostK, make_policy
 from .models import ModelPair
 from .passcost import PassCosts
 from .sampling import probs_from_logits
+from .target_kernels import kernel_target
 from .text import TextTracker
 from .variants import draft_model
 
@@ -61,7 +62,7 @@ class Decoding:
                  costs: PassCosts | None = None):
         self.pair, self.config, self.stop = pair, config, stop
         self.generator = torch.Generator(device=pair.device).manual_seed(config.seed)  # seeded once per run
-        self.target = CachedModel(pair.target, pair.vocab_size)
+        self.target = CachedModel(kernel_target(pair, config.target_kernel), pair.vocab_size)  # built once per pair and kernel
         self.costs = costs  # the cost table (cost K policy only): read or measured now, before the run's clock
         if config.policy == "cost" and config.drafter != "none" and costs is None:
             self.costs = costs_for(pair, config, target=self.target.model)

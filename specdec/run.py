@@ -54,6 +54,7 @@ class RunResult:
             "device": str(self.pair.device),
             "dtype": self.pair.dtype_name,
             "draft_variant": self.draft_variant,
+            "target_kernel": self.config.target_kernel,
             "draft_memory_gb": self.draft_memory_gb,
             "text": self.text,
             "tokens": [t for e in self.spec_events for t in e.emitted],
@@ -155,8 +156,8 @@ def plain_int4_run(pair: ModelPair, prompt: str, config: GenerationConfig, chat=
     """Plain decoding, same settings, with the target quantized to int4 (the lossy lane)."""
     from .variants import target_model
 
-    lossy_pair = replace(pair, target=target_model(pair, "int4"))
-    return generate(lossy_pair, prompt, replace(config, drafter="none"), chat=chat, stop=stop)
+    lossy_pair = replace(pair, target=target_model(pair, "int4"))  # runs as loaded: target_kernel bf16
+    return generate(lossy_pair, prompt, replace(config, drafter="none", target_kernel="bf16"), chat=chat, stop=stop)
 
 
 def tokens_of(events: list) -> list[int]:
