@@ -25,6 +25,7 @@ class GenerationConfig:
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/variants.py)
     pause_unprofitable: bool = False  # stop drafting while the measured drafts make fewer tokens/s than plain steps would
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/target_kernels.py)
 
     @property
     def greedy(self) -> bool:
@@ -49,6 +50,9 @@ class GenerationConfig:
         from .variants import parse_variant  # raises naming draft_variant and the allowed names
 
         parse_variant(self.draft_variant)
+        from .target_kernels import parse_kernel  # raises naming target_kernel and the allowed names
+
+        parse_kernel(self.target_kernel)
         return self
 
 

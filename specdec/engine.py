@@ -22,6 +22,7 @@ from .drafters import Draft, LookupDrafter, ModelDrafter
 from .events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, PLAIN, StepEvent
 from .models import ModelPair
 from .sampling import probs_from_logits
+from .target_kernels import kernel_target
 from .text import TextTracker
 from .variants import draft_model
 
@@ -97,7 +98,7 @@ class Decoding:
     def __init__(self, pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, stop=None):
         self.pair, self.config, self.stop = pair, config, stop
         self.generator = torch.Generator(device=pair.device).manual_seed(config.seed)  # seeded once per run
-        self.target = CachedModel(pair.target, pair.vocab_size)
+        self.target = CachedModel(kernel_target(pair, config.target_kernel), pair.vocab_size)  # built once per pair and kernel
         uses_model = config.drafter in ("model", "auto")
         draft = draft_model(pair, config.draft_variant) if uses_model else None  # built once per pair and variant
         self.model_drafter = ModelDrafter(draft, pair.vocab_size, config, self.generator) if uses_model else None
