@@ -8,9 +8,10 @@ import gradio as gr
 
 from specdec.config import PRESETS
 from specdec.models import pick_device
+from specdec.target_kernels import KERNELS
 from specdec.variants import VARIANTS, default_variant
 
-from . import charts, export, how_it_works, present, render, replay, step_panel, theory
+from . import charts, engine_choice, export, how_it_works, present, render, replay, step_panel, theory
 from .page import ASSETS, PENDING, Page, StopFlag
 
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -69,6 +70,12 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
                 info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
                      "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
             )
+            page.target_kernel = gr.Dropdown(
+                list(KERNELS), value="bf16", label="Target kernel", elem_id="target-kernel",
+                info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
+                     "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel. "
+                     "Plain decoding beside it runs the same kernel.",
+            )
             page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
             with gr.Row():
                 page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
@@ -82,6 +89,7 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
             with gr.Row():
                 page.top_k = gr.Number(0, precision=0, minimum=0, label="Top-k (0 = off)")
                 page.seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
+            engine_choice.section(page)
             with gr.Row():
                 page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
                 page.plain_int4 = gr.Checkbox(False, label="Plain decoding, int4 target (lossy)", elem_id="plain-int4")

@@ -21,12 +21,13 @@ import gradio as gr
 from specdec import gpu_budget, torch_thread
 from specdec.config import GenerationConfig
 from specdec.engine import generate
+from specdec.engines.base import EngineError
 from specdec.pairs import shared_store
 from specdec.passcost import one_token_pass_s
 from specdec.run import plain_int4_run
 from specdec.record import machine_info, now_utc, pair_info
 
-from . import theory
+from . import engine_choice, theory
 from .page import Page, StopFlag
 from .view import RunView, frame
 
@@ -73,7 +74,7 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
         max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
         adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
         top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
-        drafter=values[page.drafter], draft_variant=values[page.draft_variant],
+        drafter=values[page.drafter], draft_variant=values[page.draft_variant], target_kernel=values[page.target_kernel],
         k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
     ).validate()
 
@@ -169,6 +170,10 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             show_rejected = _flag("show_rejected", values[page.show_rejected])
             plain_int4 = _flag("plain_int4", values[page.plain_int4])
             name = store.check_offered(values[page.pair])
+            engine, spec_url, plain_url = engine_choice.read_remote(page, values)
+            remote = engine != engine_choice.OURS
+            if remote and config.temperature != 0:
+                raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
             if gpu_budget.on_zero_gpu():
                 gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
             pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
@@ -182,16 +187,25 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             _running[session] = stop
             held.callback(_running.pop, session, None)
 
-        view = new_view(pair, config, show_rejected, prompt, lossy_wanted=plain_int4)
-        engine = torch_thread.Stream(stream_events(pair.name, prompt, config, compare, plain_int4), stop)
+        view = new_view(pair, config, show_rejected, prompt, lossy_wanted=plain_int4 and not remote)
+        if remote:  # a real engine's servers: the same lanes, read over HTTP
+            view.status = engine_choice.status(engine, spec_url, plain_url, pair, compare)
+            lanes = engine_choice.remote_lanes(engine, spec_url, plain_url, prompt, pair, config, compare)
+        else:
+            lanes = stream_events(pair.name, prompt, config, compare, plain_int4)
+        engine = torch_thread.Stream(lanes, stop)
         held.callback(engine.join)  # before the pair is released: the engine may be inside a step
         throttle, pending, done, first = Throttle(), False, False, True
         try:
             while not done:
                 for lane, item in engine.take(timeout=HTML_EVERY_S if pending else 1.0):
-                    if lane == "error":
+                    if lane == "error" and remote and isinstance(item, (EngineError, ValueError)):
+                        gr.Warning(str(item))  # a server that went away or answered wrongly: one line, the page stays
+                        view.status += f" \u2014 {item}"
+                        done = True
+                    elif lane == "error":
                         raise item
-                    if lane == "done":
+                    elif lane == "done":
                         done = True
                     elif lane == "decode_step":
                         view.one_token_pass_s = item
@@ -212,7 +226,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             if not done:  # Stop, the page went away (Gradio closed this generator), or the engine failed
                 stop.set()
         view.finished, view.stopped = True, stop.is_set()
-        if not view.stopped:
+        if not view.stopped and not remote:  # the GPU budget learns this project's engine's step times only
             gpu_budget.record(pair.name, config, view.spec, view.plain)
         yield last_frame(page, values, view)
 
@@ -231,7 +245,8 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
     drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
-                   status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}{drafts}",
+                   status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
+                          f"{config.target_kernel}{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
 

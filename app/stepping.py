@@ -19,7 +19,7 @@ from specdec.engine import generate
 from specdec.pairs import shared_store
 from specdec.passcost import one_token_pass_s
 
-from . import live, step_panel
+from . import engine_choice, live, step_panel
 from .view import frame
 
 
@@ -49,6 +49,7 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
     with session.lock:
         try:
             config = live.read_config(page, values)
+            engine_choice.require_ours(page, values, "Step and Run to end")
             name = store.check_offered(values[page.pair])
             with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
                 if not _held(page, values, session, pair, config):
@@ -78,6 +79,7 @@ def run_to_end(page, values: dict, progress: gr.Progress):
     with session.lock, ExitStack() as held:
         try:
             config = live.read_config(page, values)
+            engine_choice.require_ours(page, values, "Step and Run to end")
             name = store.check_offered(values[page.pair])
             pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
             finished = session.view is not None and session.view.finished

@@ -14,7 +14,7 @@ from specdec.metrics import summarize
 from specdec.pairs import shared_store
 from specdec.sweep import SWEEP_KS, sweep_k
 
-from . import theory
+from . import engine_choice, theory
 from .live import read_config
 
 
@@ -48,6 +48,7 @@ def sweep(page, values: dict, progress: gr.Progress):
     stop.clear()
     try:
         config = read_config(page, values)
+        engine_choice.require_ours(page, values, "Sweep K")
         name = store.check_offered(values[page.pair])
         with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
             prompt = values[page.prompt]

@@ -38,7 +38,8 @@ def settings(page, **overrides) -> dict:
     values = {page.prompt: "def add(a, b):", page.pair: "tiny-random", page.drafter: "model", page.k: 4,
               page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 48,
               page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16",
-              page.plain_int4: False, page.cost_k: False, page.stop: StopFlag()}
+              page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(),
+              page.target_kernel: "bf16", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
     values.update({getattr(page, k): v for k, v in overrides.items()})
     return values
 

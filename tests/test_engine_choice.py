@@ -1,0 +1,109 @@
+"""The page's Engine choice: a live run read from a llama.cpp server (here a stand-in that streams
+llama-server's chunk format) fills the same lanes as this project's engine, shows the rejected
+drafts it only counted, and a server that is not there ends the run with one line while the page
+keeps serving. No build, no model server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import gradio as gr
+import pytest
+
+from app import live
+from specdec import gpu_budget, pairs
+from specdec.events import check_invariants
+from specdec.pairs import Offer, PairStore
+from tests.test_live import no_progress, settings
+from tests.test_llamacpp_stream import chunks
+
+SPEC_STEPS = [([20], 0, 0), ([21, 22, 23], 4, 2), ([24, 25, 26, 27, 28], 4, 4), ([29], 4, 0)]
+PLAIN_STEPS = [([20], 0, 0), ([21], 0, 0), ([22], 0, 0), ([23], 0, 0), ([24], 0, 0)]
+
+
+def serve(steps):
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks(steps))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture(scope="module")
+def page():
+    from app.layout import build_layout
+
+    with gr.Blocks():
+        return build_layout("tiny-random", pairs=("tiny-random",))
+
+
+@pytest.fixture(scope="module")
+def servers():
+    spec, spec_url = serve(SPEC_STEPS)
+    plain, plain_url = serve(PLAIN_STEPS)
+    yield spec_url, plain_url
+    spec.shutdown()
+    plain.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def fp32_store(monkeypatch):
+    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+
+
+def last(frames):
+    out = {}
+    for f in frames:
+        out.update(f)
+    return out
+
+
+def test_a_llamacpp_run_fills_both_lanes_and_shows_the_counted_rejections(page, servers):
+    spec_url, plain_url = servers
+    values = settings(page, engine="llama.cpp", spec_url=spec_url, plain_url=plain_url, max_new=10)
+    out = last(live.live_run(page, values, no_progress))
+    spec, plain = out[page.spec_events], out[page.plain_events]
+    check_invariants(spec)
+    check_invariants(plain)
+    assert [e.engine for e in spec] == ["llama.cpp"] * len(SPEC_STEPS)
+    assert [list(e.emitted) for e in spec] == [s[0] for s in SPEC_STEPS]
+    assert [e.unseen_rejected for e in spec] == [0, 2, 0, 4]
+    assert "tok-unseen" in out[page.spec_html] and "\u00d72" in out[page.spec_html]  # the two rejected drafts of step 1, counted
+    assert "llama.cpp server at " + spec_url in out[page.status]
+    assert out[page.stats]  # the stats row is drawn from what the engine reported
+
+
+def test_a_server_that_is_not_there_ends_the_run_in_one_line(page, monkeypatch):
+    warnings = []
+    monkeypatch.setattr(gr, "Warning", lambda message: warnings.append(message))
+    values = settings(page, engine="llama.cpp", spec_url="http://127.0.0.1:9", plain_url="", max_new=8)
+    out = last(live.live_run(page, values, no_progress))
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "127.0.0.1:9" in warnings[0]
+    assert warnings[0] in out[page.status]
+    # the page keeps serving: this project's engine runs next
+    out = last(live.live_run(page, settings(page, max_new=8), no_progress))
+    assert out[page.spec_events] and out[page.spec_events][0].engine == "specdec"
+
+
+@pytest.mark.parametrize("change, named", [({"temperature": 0.7}, "temperature"), ({"spec_url": ""}, "base URL"),
+                                          ({"engine": "mystery"}, "engine must be one of")])
+def test_settings_a_remote_run_cannot_honour_are_named(page, monkeypatch, change, named):
+    monkeypatch.setattr(gr, "Warning", lambda message: None)
+    values = settings(page, **({"engine": "llama.cpp", "spec_url": "http://127.0.0.1:9"} | change))
+    out = last(live.live_run(page, values, no_progress))
+    assert out[page.status].startswith("Not started") and named in out[page.status]
