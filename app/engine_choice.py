@@ -75,6 +75,11 @@ def start_llamacpp(progress=gr.Progress()) -> tuple:
             f"{servers.plain_url}. " + NOTE_REMOTE)
 
 
+def embedded_servers():
+    """The llama.cpp servers this process started on the embedded pair, or None."""
+    return _embedded.get("servers")
+
+
 def read_remote(page, values: dict) -> tuple[str, str, str]:
     """(engine, speculative URL, plain URL), checked; ValueError names what is missing."""
     engine = values[page.engine]

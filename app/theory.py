@@ -19,6 +19,10 @@ from . import theory_charts
 # Pass costs are facts about this machine and pair, not about a visitor: one measurement per
 # (pair, dtype) serves every session of this process.
 PASS_COSTS: dict[tuple[str, str], PassCosts] = {}
+# The cost table of every target kernel (and of llama.cpp, when its servers run here), per (pair, dtype):
+# name -> PassCosts, from "Measure pass costs". Whether speculation pays depends on the kernel.
+KERNEL_COSTS: dict[tuple[str, str], dict[str, PassCosts]] = {}
+LLAMA_CPP = "llama.cpp"
 
 WAITING = ('<div class="predictions"><p class="caption">When a run with plain decoding beside it ends, this box '
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
@@ -43,26 +47,41 @@ class TheorySession:
     k: int | None = None  # its K (mean draft length, rounded)
     speedup: float | None = None  # its measured speedup, when plain decoding ran beside it
     pair_key: tuple[str, str] | None = None
+    kernel: str = "bf16"  # what ran the target of the last run: a target kernel, or "llama.cpp"
 
     def __deepcopy__(self, memo):
         return TheorySession()
 
-    def record(self, metrics: RunMetrics, plain: RunMetrics | None, config, pair_key) -> None:
-        """Keep a finished run: its point on the co-design map and the numbers the curves need."""
+    def record(self, metrics: RunMetrics, plain: RunMetrics | None, config, pair_key, engine: str = "specdec") -> None:
+        """Keep a finished run: its point on the co-design map and the numbers the curves need. A
+        llama.cpp run has no c of its own (the server does not time drafting apart): its point takes
+        c from llama.cpp's measured pass costs, when they were measured here."""
         self.metrics, self.pair_key = metrics, pair_key
+        self.kernel = LLAMA_CPP if engine == LLAMA_CPP else getattr(config, "target_kernel", "bf16")
         self.k = max(1, round(metrics.mean_k)) if metrics.drafted else None
         self.speedup = measured_speedup(metrics, plain)
-        if metrics.drafted and metrics.cost_ratio_c is not None:
+        c = metrics.cost_ratio_c
+        if c is None and engine == LLAMA_CPP and self.costs is not None and self.kernel == LLAMA_CPP:
+            c = self.costs.c
+        if metrics.drafted and c is not None:
             label = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
-            label = f"#{len(self.points) + 1} {label} K={config.k}" + (f" {config.policy}" if config.policy != "fixed" else "")
+            label = (f"#{len(self.points) + 1} {label} K={config.k}" + (f" {config.policy}" if config.policy != "fixed" else "")
+                     if engine == "specdec" else f"#{len(self.points) + 1} {engine} K={self.k}")
+            label += f" [{self.kernel}]" if engine == "specdec" else ""
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
-            hover = (f"{label}: \u03b1 {metrics.alpha:.2f}, c {metrics.cost_ratio_c:.3f}, "
+            hover = (f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, "
                      f"{metrics.tokens_per_step:.2f} tokens per pass{measured}")
-            self.points.append(DrafterPoint(label, metrics.alpha, metrics.cost_ratio_c, hover))
+            self.points.append(DrafterPoint(label, metrics.alpha, c, hover))
+
+    @property
+    def tables(self) -> dict[str, PassCosts]:
+        """The measured cost table of each kernel (and llama.cpp) for this pair, when measured."""
+        return KERNEL_COSTS.get(self.pair_key, {}) if self.pair_key else {}
 
     @property
     def costs(self) -> PassCosts | None:
-        return PASS_COSTS.get(self.pair_key) if self.pair_key else None
+        """The cost table of what ran the last run: its kernel's, else the pair's single measurement."""
+        return self.tables.get(self.kernel) or (PASS_COSTS.get(self.pair_key) if self.pair_key else None)
 
 
 # --- sections -------------------------------------------------------------------------------------
@@ -109,10 +128,11 @@ def updates(page, session: TheorySession) -> dict:
     return {
         page.k_curve: theory_charts.k_curve_figure(m, costs, session.sweep, session.k, session.speedup),
         page.k_caption: k_caption(session),
-        page.codesign: theory_charts.codesign_figure(session.k, _verify_cost(session), session.points),
+        page.codesign: theory_charts.codesign_figure(session.k, _verify_cost(session), session.points,
+                                                     break_even=_other_verify_costs(session)),
         page.codesign_caption: codesign_caption(session),
-        page.passcost_plot: theory_charts.passcost_figure(costs, session.k),
-        page.passcost_caption: passcost_caption(costs, session.k),
+        page.passcost_plot: theory_charts.passcost_figure(costs, session.k, tables=session.tables),
+        page.passcost_caption: passcost_caption(costs, session.k, session.tables, m.alpha if m is not None and m.drafted else None),
     }
 
 
@@ -120,7 +140,7 @@ def after_run(page, session: TheorySession, view) -> dict:
     """A run has ended: keep it in the session and redraw the tab from it."""
     plain = summarize(view.plain) if view.plain else None
     session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
-                   (view.pair.get("name", ""), view.dtype_name))
+                   (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else "specdec")
     return updates(page, session)
 
 
@@ -134,6 +154,14 @@ def _verify_cost(session: TheorySession) -> float | None:
     if costs is not None and session.k:
         return costs.verify_cost(session.k)
     return m.verify_cost if m is not None and m.drafted else None
+
+
+def _other_verify_costs(session: TheorySession) -> dict[str, float]:
+    """name -> verify cost at the session's K of every other measured kernel (and llama.cpp): each
+    gets its own break-even line on the co-design map."""
+    if not session.k:
+        return {}
+    return {name: costs.verify_cost(session.k) for name, costs in session.tables.items() if name != session.kernel}
 
 
 # --- captions -------------------------------------------------------------------------------------
@@ -175,22 +203,48 @@ def codesign_caption(session: TheorySession) -> str:
             "costs no draft pass). The lines assume independent acceptance; bursty acceptance puts real runs above them.")
 
 
-def passcost_caption(costs: PassCosts | None, k: int | None) -> str:
-    if costs is None:
-        return ("*What a pass costs here*: **Measure pass costs** times one target pass over 1, 2, 4, 8, 16 and 32 "
-                "tokens on this machine (median of 3, after a cache of the prompt), beside one draft pass. Speculative "
-                "decoding pays where checking K+1 tokens costs about one decode step.")
+def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None = None, alpha: float | None = None) -> str:
+    if costs is None and not tables:
+        return ("*What a pass costs here*: **Measure pass costs** times one target pass over 1, 2, 3, 4, 6, 8, 12 and 16 "
+                "tokens on this machine for each target kernel (bf16, int8, q4k; and llama.cpp when its servers run "
+                "here), median of 3 after 200 cached positions, beside one draft pass. Speculative decoding pays where "
+                "checking K+1 tokens costs about one decode step.")
     k = k or 5
-    v = costs.verify_cost(k)
-    verdict = (f"checking K+1 = {k + 1} tokens costs {v:.2f} decode steps: about one, as where decoding is "
-               "memory-bound (the weights are read once per pass however many tokens it scores), so the check is "
-               "nearly free and speculation pays" if v < 1.3 else
-               f"checking K+1 = {k + 1} tokens costs {v:.2f} decode steps: the pass is not memory-bound here (its time "
-               "grows with the tokens it scores), so each check costs more than a decode step and speculation pays only "
-               "if passes carry well over that many tokens")
-    draft = (f"; one draft pass takes {1000 * costs.draft_s:.1f} ms, c = {costs.c:.3f}" if costs.draft_s is not None else "")
-    return (f"One target pass over n tokens, {costs.context} positions cached, median of {costs.repeats}: "
-            f"{', '.join(f'{n}: {1000 * t:.1f} ms' for n, t in zip(costs.sizes, costs.target_s))}{draft}. Here {verdict}.")
+    text = ""
+    if costs is not None:
+        v = costs.verify_cost(k)
+        verdict = (f"checking K+1 = {k + 1} tokens costs {v:.2f} decode steps: about one, as where decoding is "
+                   "memory-bound (the weights are read once per pass however many tokens it scores), so the check is "
+                   "nearly free and speculation pays" if v < 1.3 else
+                   f"checking K+1 = {k + 1} tokens costs {v:.2f} decode steps: the pass is not memory-bound here (its time "
+                   "grows with the tokens it scores), so each check costs more than a decode step and speculation pays only "
+                   "if passes carry well over that many tokens")
+        draft = (f"; one draft pass takes {1000 * costs.draft_s:.1f} ms, c = {costs.c:.3f}" if costs.draft_s is not None else "")
+        text = (f"One target pass over n tokens, {costs.context} positions cached, median of {costs.repeats}: "
+                f"{', '.join(f'{n}: {1000 * t:.1f} ms' for n, t in zip(costs.sizes, costs.target_s))}{draft}. Here {verdict}.")
+    if tables:
+        text += " " + kernels_sentence(tables, k, alpha)
+    return text.strip()
+
+
+def kernels_sentence(tables: dict, k: int, alpha: float | None) -> str:
+    """Per kernel: its decode step, what checking K+1 tokens costs in its own decode steps, and (with
+    an acceptance from a run) the K the cost policy would choose there and the speedup it predicts."""
+    from specdec.k_policy import best_choice
+
+    parts = []
+    for name, costs in tables.items():
+        part = (f"**{name}**: decode step {1000 * costs.decode_step_s:.0f} ms, checking {k + 1} tokens costs "
+                f"{costs.verify_cost(k):.2f} of them")
+        if alpha is not None and costs.draft_s is not None:
+            choice = best_choice(alpha, costs.draft_s, costs, 15)
+            gain = choice.predicted_tok_s * costs.decode_step_s if choice.predicted_tok_s else 1.0
+            part += (f"; at \u03b1 = {alpha:.2f} drafting does not pay (K = 0)" if choice.k == 0 else
+                     f"; at \u03b1 = {alpha:.2f} the best K is {choice.k}, {gain:.2f}\u00d7 plain on this kernel")
+        parts.append(part)
+    return ("Per kernel: " + "; ".join(parts) + ". A kernel that makes the one-token pass cheap (fewer bytes per weight) "
+            "but whose time grows with the tokens in a pass (its arithmetic, not its memory, is the limit) makes the check "
+            "dear: there speculation pays less, or not at all, though plain decoding is faster.")
 
 
 # --- why this speedup -----------------------------------------------------------------------------

@@ -8,13 +8,14 @@ import math
 import plotly.graph_objects as go
 
 from specdec.passcost import PassCosts
-from specdec.theory import best_k, iso_speedup_grid, speedup_curve
+from specdec.theory import best_k, expected_tokens_per_pass, iso_speedup_grid, speedup_curve
 
 from . import palette
 from .charts import _figure
 
 KS = list(range(1, 17))
-TEXTBOOK = "#9ca3af"  # light grey: the textbook curve, a reference rather than a run
+TEXTBOOK = "#9ca3af"
+OTHER_LINES = ("#7c3aed", "#0891b2", "#b45309", "#be185d")  # other kernels' and engines' break-even lines and cost curves  # light grey: the textbook curve, a reference rather than a run
 ISO_FIRST, ISO_LAST, ISO_STEP = 0.25, 4.0, 0.25  # the lines of equal speedup drawn
 
 
@@ -59,9 +60,10 @@ def k_curve_figure(m=None, costs: PassCosts | None = None, sweep=(), run_k=None,
     return fig
 
 
-def codesign_figure(k: int | None = None, verify_cost: float | None = None, points=()) -> go.Figure:
+def codesign_figure(k: int | None = None, verify_cost: float | None = None, points=(), break_even=None) -> go.Figure:
     """Iso-speedup contours over per-token acceptance (x) and c (y) for one K and verify cost,
-    and every drafter run so far as a labelled point."""
+    every drafter run so far as a labelled point, and `break_even` (name -> verify cost): one dashed
+    break-even line per other kernel or engine, c = (E(alpha, K) - v) / K, where its drafts stop paying."""
     fig = _figure("Co-design map: acceptance vs draft cost", "per-token acceptance \u03b1", "c: draft pass / decode step")
     c_max = max([0.6] + [p.c * 1.15 for p in points if p.c is not None])
     if k and verify_cost:
@@ -79,6 +81,12 @@ def codesign_figure(k: int | None = None, verify_cost: float | None = None, poin
             contours=dict(coloring="lines", start=1.0, end=1.0, size=1.0), line=dict(width=3),
             colorscale=[[0, palette.REJECTED], [1, palette.REJECTED]], hoverinfo="skip",
         )
+    for i, (name, v) in enumerate((break_even or {}).items() if k else ()):
+        alphas = [j / 100 for j in range(100)]
+        cs = [(expected_tokens_per_pass(a, k) - v) / k for a in alphas]
+        fig.add_scatter(x=alphas, y=cs, mode="lines", name=f"{name}: break-even (check {v:.2f} steps)",
+                        line=dict(color=OTHER_LINES[i % len(OTHER_LINES)], dash="dash", width=2),
+                        hovertemplate=f"{name}: break-even at \u03b1 %{{x:.2f}}, c %{{y:.2f}}<extra></extra>")
     if points:
         fig.add_scatter(
             x=[p.alpha for p in points], y=[p.c for p in points], mode="markers+text", name="drafters run",
@@ -87,13 +95,33 @@ def codesign_figure(k: int | None = None, verify_cost: float | None = None, poin
             marker=dict(size=10, color=palette.BONUS),
             hovertext=[p.hover for p in points], hoverinfo="text",
         )
-    fig.update_layout(xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, c_max]), showlegend=False)
+    fig.update_layout(xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, c_max]), showlegend=bool(break_even),
+                      legend=dict(orientation="h", y=-0.25))
     return fig
 
 
-def passcost_figure(costs: PassCosts | None = None, k: int | None = None) -> go.Figure:
-    """One target pass over n tokens (ms) on this machine, one draft pass beside it, K+1 marked."""
+def passcost_figure(costs: PassCosts | None = None, k: int | None = None, tables=None) -> go.Figure:
+    """One target pass over n tokens (ms) on this machine, one draft pass beside it, K+1 marked;
+    with `tables` (name -> PassCosts), one curve per target kernel (and llama.cpp)."""
     fig = _figure("What a pass costs here", "tokens in one target pass", "milliseconds")
+    if tables:
+        for i, (name, table) in enumerate(tables.items()):
+            steps = [t / table.decode_step_s for t in table.target_s]
+            fig.add_scatter(x=list(table.sizes), y=[1000 * t for t in table.target_s], name=name, mode="lines+markers",
+                            line=dict(color=OTHER_LINES[i % len(OTHER_LINES)], width=2), customdata=steps,
+                            hovertemplate=f"{name}, %{{x}} tokens: %{{y:.1f}} ms = %{{customdata:.2f}} decode steps<extra></extra>")
+        costs = costs or next(iter(tables.values()))
+        sizes = sorted({n for table in tables.values() for n in table.sizes})
+        if costs.draft_s is not None:
+            fig.add_hline(y=1000 * costs.draft_s, line=dict(color=palette.Q_DRAFT, dash="dash", width=2),
+                          annotation_text=f"one draft pass {1000 * costs.draft_s:.1f} ms", annotation_position="top left")
+        if k:
+            fig.add_vline(x=k + 1, line=dict(color=palette.BONUS, dash="dot", width=1),
+                          annotation_text=f"K+1 = {k + 1}", annotation_position="top right")
+        span = [math.log10(min(sizes) / 1.25), math.log10(max(sizes) * 1.25)]
+        fig.update_layout(xaxis=dict(type="log", range=span, tickvals=sizes, ticktext=[str(n) for n in sizes]),
+                          yaxis=dict(rangemode="tozero"), showlegend=True, legend=dict(orientation="h", y=-0.25))
+        return fig
     if costs is None:
         return fig
     ms = [1000 * t for t in costs.target_s]

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import passcost, torch_thread
+from specdec import torch_thread
+from specdec.engines.base import EngineError
 from specdec.engine import generate
 from specdec.metrics import summarize
 from specdec.pairs import shared_store
@@ -26,18 +27,36 @@ def _forget_other_pair(session, key) -> None:
 
 
 def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
-    """Time target passes over 1..32 tokens and a draft pass after a cache of the prompt."""
+    """Measure again the cost table of every target kernel (a target pass over 1..16 tokens after 200
+    cached positions, and one pass of the draft variant chosen on the page), and llama.cpp's own
+    when the page has started its servers; every session of this process sees the new tables."""
+    from specdec import cost_table
+    from specdec.target_kernels import KERNELS, kernel_target
+
     session, store = values[page.theory_state], shared_store()
     try:
         with store.acquire(store.check_offered(values[page.pair]), progress=lambda f, msg: progress(f, desc=msg)) as pair:
-            ids = pair.encode_prompt(values[page.prompt], chat=pair.chat, max_new_tokens=passcost.SIZES[-1])
+            variant = values[page.draft_variant]
             key = (pair.name, pair.dtype_name)
-            theory.PASS_COSTS[key] = torch_thread.call(passcost.measure, pair, ids)
-    except ValueError as err:
+            tables = {}
+            for i, kernel in enumerate(KERNELS):
+                progress(i / (len(KERNELS) + 1), desc=f"pass costs: target kernel {kernel} (building it the first time)")
+                tables[kernel] = torch_thread.call(cost_table.measure, pair, kernel=kernel, draft_variant=variant, refresh=True,
+                                                   target=lambda kernel=kernel: kernel_target(pair, kernel))
+            servers = engine_choice.embedded_servers()
+            if servers is not None:
+                from specdec.engines.llamacpp_costs import measure_embedded
+
+                progress(len(KERNELS) / (len(KERNELS) + 1), desc="pass costs: llama.cpp (a server of the draft alone)")
+                tables[theory.LLAMA_CPP] = measure_embedded(servers.plain_url, pair.vocab_size)
+            theory.KERNEL_COSTS[key] = tables
+            theory.PASS_COSTS[key] = tables["bf16"]
+    except (ValueError, EngineError) as err:
         return {page.theory_status: f"Not measured: {err}"}
     _forget_other_pair(session, key)
     out = theory.updates(page, session)
-    out[page.theory_status] = f"Pass costs measured for {pair.name} on {pair.device} ({pair.dtype_name})."
+    out[page.theory_status] = (f"Pass costs measured for {pair.name} on {pair.device} ({pair.dtype_name}), draft {variant}: "
+                               + ", ".join(tables) + " (cached on disk per machine; this button measures again).")
     return out
 
 

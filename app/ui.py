@@ -70,7 +70,7 @@ def build_demo() -> gr.Blocks:
                                       concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
         page.sweep_button.click(on_sweep, run_inputs, theory.outputs(page), api_name="sweep_k",
                                 concurrency_limit=1, concurrency_id=GENERATION, preprocess=False)
-        page.measure_button.click(on_measure, {page.pair, page.prompt, page.theory_state}, theory.outputs(page),
+        page.measure_button.click(on_measure, {page.pair, page.prompt, page.draft_variant, page.theory_state}, theory.outputs(page),
                                   api_name="measure_pass_costs", concurrency_limit=1, concurrency_id=GENERATION,
                                   preprocess=False)
         page.spec_html.click(on_token_click, {page.spec_events, page.step_state}, page.step_panel, concurrency_limit=None)

@@ -86,7 +86,7 @@ def test_session_keeps_one_point_per_drafter_run(runs):
     m = summarize_runs(spec_events, plain_events)
     session.record(m, summarize(plain_events), GenerationConfig(k=3), ("tiny-random", "fp32"))
     session.record(replace(m, cost_ratio_c=0.0), None, GenerationConfig(k=3, drafter="lookup"), ("tiny-random", "fp32"))
-    assert [p.label for p in session.points] == ["#1 draft model K=3", "#2 prompt lookup K=3"]
+    assert [p.label for p in session.points] == ["#1 draft model K=3 [bf16]", "#2 prompt lookup K=3 [bf16]"]  # [the target kernel]
     assert session.k == 3 and session.speedup is None
     import copy
 
@@ -136,3 +136,42 @@ def test_held_run_detail_only_for_the_run_shown():
     import copy
 
     assert copy.deepcopy(session) is not session and copy.deepcopy(session).events is None
+
+
+def test_one_cost_curve_per_kernel_and_a_sentence_on_where_drafting_pays():
+    flat = PassCosts((1, 2, 6), (0.2, 0.2, 0.21), 0.03, 200, 3)  # checking 6 tokens costs about one decode step
+    dear = PassCosts((1, 2, 6), (0.05, 0.07, 0.17), 0.03, 200, 3)  # cheap decode step, a check that grows with its tokens
+    fig = theory_charts.passcost_figure(flat, 5, tables={"bf16": flat, "q4k": dear})
+    assert [t.name for t in fig.data] == ["bf16", "q4k"]
+    assert list(fig.data[1].y) == pytest.approx([50, 70, 170])
+    text = theory.passcost_caption(flat, 5, {"bf16": flat, "q4k": dear}, alpha=0.7)
+    assert "**bf16**: decode step 200 ms, checking 6 tokens costs 1.05 of them" in text
+    assert "**q4k**: decode step 50 ms, checking 6 tokens costs 3.40 of them; at \u03b1 = 0.70 drafting does not pay (K = 0)" in text
+    assert "bf16**: decode step 200 ms, checking 6 tokens costs 1.05 of them; at \u03b1 = 0.70 the best K is" in text
+
+
+def test_break_even_lines_of_other_kernels_on_the_codesign_map():
+    from specdec.theory import predicted_speedup
+
+    fig = theory_charts.codesign_figure(5, 1.0, [], break_even={"q4k": 3.4})
+    line = next(t for t in fig.data if t.name.startswith("q4k"))
+    for a, c in list(zip(line.x, line.y))[10:90:20]:
+        assert predicted_speedup(a, 5, c, 3.4) == pytest.approx(1.0)  # on the line the drafts exactly break even
+
+
+def test_a_llamacpp_run_is_placed_by_llamacpps_own_costs(runs):
+    from specdec.events import StepEvent
+    from specdec.metrics import summarize
+
+    events = [StepEvent(0, (), 0, (1,), "plain", None, None, None, None, 1, 0.1, ("a",), (), None, engine="llama.cpp"),
+              StepEvent(1, (2, 3), 2, (2, 3, 4), "correction", None, None, None, None, 4, 0.3, ("b", "c", "d"), ("b", "c"),
+                        None, k=5, engine="llama.cpp", unseen_rejected=3)]
+    key = ("tiny-random", "fp32")
+    theory.KERNEL_COSTS[key] = {"llama.cpp": PassCosts((1, 6), (0.04, 0.14), 0.01, 200, 3)}
+    try:
+        session = theory.TheorySession()
+        session.record(summarize(events), None, GenerationConfig(k=5), key, engine="llama.cpp")
+        assert session.kernel == "llama.cpp" and len(session.points) == 1
+        assert session.points[0].c == pytest.approx(0.25) and session.points[0].label.startswith("#1 llama.cpp")
+    finally:
+        theory.KERNEL_COSTS.pop(key, None)
