@@ -1,0 +1,38 @@
+"""The Theory tab's Measure pass costs on tiny-random: a cost table per target kernel, kept for
+every session, drawn as one curve per kernel."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from app import theory, theory_run
+from app.page import StopFlag
+from specdec import gpu_budget, pairs
+from specdec.pairs import Offer, PairStore
+from specdec.target_kernels import KERNELS
+
+
+@pytest.fixture(scope="module")
+def page():
+    from app.layout import build_layout
+
+    with gr.Blocks():
+        return build_layout("tiny-random", pairs=("tiny-random",))
+
+
+def test_measure_pass_costs_gives_one_table_and_one_curve_per_kernel(page, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # the tables measured here stay here
+    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+    monkeypatch.setattr(theory, "KERNEL_COSTS", {})
+    monkeypatch.setattr(theory, "PASS_COSTS", {})
+    values = {page.pair: "tiny-random", page.prompt: "def f(x):", page.draft_variant: "bf16",
+              page.theory_state: theory.TheorySession(), page.stop: StopFlag()}
+    out = theory_run.measure_passes(page, values, lambda *a, **k: None)
+    assert list(theory.KERNEL_COSTS[("tiny-random", "fp32")]) == list(KERNELS)
+    for table in theory.KERNEL_COSTS[("tiny-random", "fp32")].values():
+        assert table.sizes == (1, 2, 3, 4, 6, 8, 12, 16) and all(t > 0 for t in table.target_s) and table.draft_s > 0
+    assert [t.name for t in out[page.passcost_plot].data] == list(KERNELS)
+    assert "Pass costs measured" in out[page.theory_status] and "q4k" in out[page.theory_status]
+    assert "**int8**: decode step" in out[page.passcost_caption]
