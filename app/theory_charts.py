@@ -104,38 +104,24 @@ def passcost_figure(costs: PassCosts | None = None, k: int | None = None, tables
     """One target pass over n tokens (ms) on this machine, one draft pass beside it, K+1 marked;
     with `tables` (name -> PassCosts), one curve per target kernel (and llama.cpp)."""
     fig = _figure("What a pass costs here", "tokens in one target pass", "milliseconds")
-    if tables:
-        for i, (name, table) in enumerate(tables.items()):
-            steps = [t / table.decode_step_s for t in table.target_s]
-            fig.add_scatter(x=list(table.sizes), y=[1000 * t for t in table.target_s], name=name, mode="lines+markers",
-                            line=dict(color=OTHER_LINES[i % len(OTHER_LINES)], width=2), customdata=steps,
-                            hovertemplate=f"{name}, %{{x}} tokens: %{{y:.1f}} ms = %{{customdata:.2f}} decode steps<extra></extra>")
-        costs = costs or next(iter(tables.values()))
-        sizes = sorted({n for table in tables.values() for n in table.sizes})
-        if costs.draft_s is not None:
-            fig.add_hline(y=1000 * costs.draft_s, line=dict(color=palette.Q_DRAFT, dash="dash", width=2),
-                          annotation_text=f"one draft pass {1000 * costs.draft_s:.1f} ms", annotation_position="top left")
-        if k:
-            fig.add_vline(x=k + 1, line=dict(color=palette.BONUS, dash="dot", width=1),
-                          annotation_text=f"K+1 = {k + 1}", annotation_position="top right")
-        span = [math.log10(min(sizes) / 1.25), math.log10(max(sizes) * 1.25)]
-        fig.update_layout(xaxis=dict(type="log", range=span, tickvals=sizes, ticktext=[str(n) for n in sizes]),
-                          yaxis=dict(rangemode="tozero"), showlegend=True, legend=dict(orientation="h", y=-0.25))
+    curves = dict(tables) if tables else ({"target pass": costs} if costs is not None else {})
+    if not curves:
         return fig
-    if costs is None:
-        return fig
-    ms = [1000 * t for t in costs.target_s]
-    steps = [t / costs.decode_step_s for t in costs.target_s]
-    fig.add_scatter(x=list(costs.sizes), y=ms, name="target pass", mode="lines+markers",
-                    line=dict(color=palette.SPECULATIVE, width=2),
-                    customdata=steps, hovertemplate="%{x} tokens: %{y:.1f} ms = %{customdata:.2f} decode steps<extra></extra>")
+    costs = costs or next(iter(curves.values()))
+    for i, (name, table) in enumerate(curves.items()):
+        steps = [t / table.decode_step_s for t in table.target_s]
+        colour = OTHER_LINES[i % len(OTHER_LINES)] if tables else palette.SPECULATIVE
+        fig.add_scatter(x=list(table.sizes), y=[1000 * t for t in table.target_s], name=name, mode="lines+markers",
+                        line=dict(color=colour, width=2), customdata=steps,
+                        hovertemplate=f"{name}, %{{x}} tokens: %{{y:.1f}} ms = %{{customdata:.2f}} decode steps<extra></extra>")
     if costs.draft_s is not None:
         fig.add_hline(y=1000 * costs.draft_s, line=dict(color=palette.Q_DRAFT, dash="dash", width=2),
                       annotation_text=f"one draft pass {1000 * costs.draft_s:.1f} ms", annotation_position="top left")
     if k:
         fig.add_vline(x=k + 1, line=dict(color=palette.BONUS, dash="dot", width=1),
                       annotation_text=f"K+1 = {k + 1}", annotation_position="top right")
-    span = [math.log10(min(costs.sizes) / 1.25), math.log10(max(costs.sizes) * 1.25)]  # a log axis takes log10 bounds
-    fig.update_layout(xaxis=dict(type="log", range=span, tickvals=list(costs.sizes), ticktext=[str(n) for n in costs.sizes]),
-                      yaxis=dict(rangemode="tozero"), showlegend=False)
+    sizes = sorted({n for table in curves.values() for n in table.sizes})
+    span = [math.log10(min(sizes) / 1.25), math.log10(max(sizes) * 1.25)]  # a log axis takes log10 bounds
+    fig.update_layout(xaxis=dict(type="log", range=span, tickvals=sizes, ticktext=[str(n) for n in sizes]),
+                      yaxis=dict(rangemode="tozero"), showlegend=bool(tables), legend=dict(orientation="h", y=-0.25))
     return fig

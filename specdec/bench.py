@@ -209,12 +209,9 @@ def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_to
     return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
 
 
-def run_llamacpp(pair: ModelPair, servers: dict, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
-    """One streamed request to the mode's llama-server; timed like ours: the wall time of the whole
-    request, from sending it (prompt ids, prefill on the server) to its last chunk."""
-    from .engines.llamacpp import LlamaCppSource
-
-    source = LlamaCppSource(servers[mode].url, pair.tokenizer, speculative=mode == "llamacpp_spec", eos_ids=pair.eos_ids)
+def run_remote(source, prompt_ids: list[int], max_new_tokens: int) -> dict:
+    """One streamed request to a real engine's server (specdec.engines), timed like ours: the wall time
+    of the whole request, from sending it (prompt ids, prefill on the server) to its last chunk."""
     start = time.perf_counter()
     events = list(source.iter_events(prompt_ids, max_new_tokens))
     seconds = time.perf_counter() - start
@@ -223,6 +220,13 @@ def run_llamacpp(pair: ModelPair, servers: dict, prompt_ids: list[int], mode: st
             "acceptance_rate": m.acceptance_rate if m.drafted else None,
             "target_passes": m.target_passes,  # one per step: the server's verify passes, its prompt pass's token included
             "mean_k": m.mean_k if m.drafted else None, "events": events}
+
+
+def run_llamacpp(pair: ModelPair, servers: dict, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
+    from .engines.llamacpp import LlamaCppSource
+
+    source = LlamaCppSource(servers[mode].url, pair.tokenizer, speculative=mode == "llamacpp_spec", eos_ids=pair.eos_ids)
+    return run_remote(source, prompt_ids, max_new_tokens)
 
 
 @contextlib.contextmanager
@@ -243,18 +247,9 @@ def llamacpp_servers(modes, k: int):
 
 
 def run_vllm(pair: ModelPair, url: str, model: str, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
-    """One streamed request to vLLM, timed like llama.cpp's: the whole request, prompt pass included."""
     from .engines.vllm import VllmSource
 
-    source = VllmSource(url, pair.tokenizer, speculative=mode == "vllm_spec", model=model)
-    start = time.perf_counter()
-    events = list(source.iter_events(prompt_ids, max_new_tokens))
-    seconds = time.perf_counter() - start
-    m = summarize(events)
-    return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
-            "acceptance_rate": m.acceptance_rate if m.drafted else None,
-            "target_passes": m.target_passes,  # one per step: vLLM's verify passes, its prompt pass's token included
-            "mean_k": m.mean_k if m.drafted else None, "events": events}
+    return run_remote(VllmSource(url, pair.tokenizer, speculative=mode == "vllm_spec", model=model), prompt_ids, max_new_tokens)
 
 
 def vllm_blocks(pair: ModelPair, encoded: list[list[int]], modes, k: int, max_new_tokens: int, repeats: int,
