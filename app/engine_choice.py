@@ -8,7 +8,7 @@ import threading
 
 import gradio as gr
 
-from specdec.engines.remote import remote_events
+from specdec.engines.remote import remote_updates
 from specdec.events import StepEvent
 
 OURS = "specdec"
@@ -101,17 +101,17 @@ def require_ours(page, values: dict, what: str) -> None:
 
 def remote_lanes(engine: str, spec_url: str, plain_url: str, prompt: str, pair, config, compare: bool):
     """("spec", StepEvent) for each step of the speculative server, then ("plain", StepEvent) for the
-    plain server when asked and given: the same lanes as this project's engine streams."""
-    def lane(url: str, speculative: bool):
-        return remote_events(engine, url, prompt, pair.tokenizer, config, speculative=speculative, chat=pair.chat,
-                             eos_ids=pair.eos_ids)
+    plain server when asked and given: the same lanes as this project's engine streams. Text whose
+    steps are not known yet (vLLM reports them when its stream ends) comes as ("spec_pending",
+    PendingText) or ("plain_pending", ...), shown uncoloured until the steps arrive."""
+    def lane(name: str, url: str, speculative: bool):
+        for item in remote_updates(engine, url, prompt, pair.tokenizer, config, speculative=speculative, chat=pair.chat,
+                                   eos_ids=pair.eos_ids):
+            yield (name if isinstance(item, StepEvent) else f"{name}_pending"), item
 
-    event: StepEvent
-    for event in lane(spec_url, True):
-        yield "spec", event
+    yield from lane("spec", spec_url, True)
     if compare and plain_url:
-        for event in lane(plain_url, False):
-            yield "plain", event
+        yield from lane("plain", plain_url, False)
 
 
 def status(engine: str, spec_url: str, plain_url: str, pair, compare: bool) -> str:

@@ -209,6 +209,9 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
                         done = True
                     elif lane == "decode_step":
                         view.one_token_pass_s = item
+                    elif lane.endswith("_pending"):  # a remote engine's text before its steps are known
+                        view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)
+                        pending = True
                     else:
                         if lane != "spec" and not (view.plain or view.lossy):  # the speculative run has ended:
                             throttle.plots_now = True  # its charts, whole, in the next frame

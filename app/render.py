@@ -85,6 +85,13 @@ def render_spans(events: Iterable[StepEvent], show_rejected: bool = True) -> str
     return "".join(render_event(e, show_rejected) for e in events)
 
 
+def render_pending(pieces) -> str:
+    """Text a remote engine sent before saying how its steps went (vLLM does at the end): uncoloured
+    spans, escaped, replaced by the coloured steps when they arrive."""
+    title = "the engine has not reported this token's step yet (it does when its stream ends)"
+    return "".join(_span("pending", piece, title) for piece in pieces)
+
+
 def render_tokens(events: Iterable[StepEvent], show_rejected: bool = True) -> str:
     """All steps as one pre-wrapped block of coloured spans."""
     return f'<div class="tokens">{render_spans(events, show_rejected)}</div>'

@@ -10,7 +10,7 @@ from specdec.config import GenerationConfig
 from specdec.metrics import summarize, summarize_runs
 
 from . import charts, render, theory
-from .page import PENDING, Page
+from .page import Page
 
 
 @dataclass
@@ -27,6 +27,7 @@ class RunView:
     show_rejected: bool = True
     lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
     lossy: list = field(default_factory=list)  # its StepEvents
+    pending: dict = field(default_factory=dict)  # lane -> display text a remote engine sent before its steps (vLLM)
     one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
     # What a saved record keeps besides the events (specdec.record): the prompt, the pair, the machine, when.
     prompt: str = ""
@@ -79,8 +80,8 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     out = {
         page.predictions: theory.render_predictions(spec, plain, view.finished),
         page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
-        page.spec_html: render.render_spans(view.spec, view.show_rejected),
-        page.plain_html: render.render_spans(view.plain, False) if view.plain else PENDING,
+        page.spec_html: render.render_spans(view.spec, view.show_rejected) or render.render_pending(view.pending.get("spec", ())),
+        page.plain_html: render.render_spans(view.plain, False) if view.plain else render.render_pending(view.pending.get("plain", ())),
         page.stats: stats,
         page.spec_events: view.spec,
         page.plain_events: view.plain,

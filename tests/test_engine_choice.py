@@ -107,3 +107,23 @@ def test_settings_a_remote_run_cannot_honour_are_named(page, monkeypatch, change
     values = settings(page, **({"engine": "llama.cpp", "spec_url": "http://127.0.0.1:9"} | change))
     out = last(live.live_run(page, values, no_progress))
     assert out[page.status].startswith("Not started") and named in out[page.status]
+
+
+def test_text_before_its_steps_streams_uncoloured_then_the_steps_colour_it(page, monkeypatch):
+    from app import engine_choice
+    from app.view import RunView, frame
+    from specdec.config import GenerationConfig
+    from specdec.engines.vllm import PendingText
+
+    step = live.generate  # any StepEvent will do: take one from a run of this project's engine on tiny-random
+    pair = pairs.shared_store().get("tiny-random")
+    event = next(iter(step(pair, "def f(x):", GenerationConfig(max_new_tokens=2))))
+    items = [PendingText((5,), ("<b>",), 1, 0.1), PendingText((6,), (" x",), 2, 0.2), event]
+    monkeypatch.setattr(engine_choice, "remote_updates", lambda *a, **k: iter(items))
+    lanes = list(engine_choice.remote_lanes("vllm", "http://x", "", "p", pair, GenerationConfig(), compare=False))
+    assert [name for name, _ in lanes] == ["spec_pending", "spec_pending", "spec"]
+    view = RunView(config=GenerationConfig(), dtype_name="fp32", pending={"spec": ["<b>", " x"]})
+    html = frame(page, view, plots=False)[page.spec_html]
+    assert html.count("tok-pending") == 2 and "&lt;b&gt;" in html and "<b>" not in html  # escaped, uncoloured
+    view.spec.append(event)
+    assert "tok-pending" not in frame(page, view, plots=False)[page.spec_html]  # the steps replace it
