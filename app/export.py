@@ -79,8 +79,8 @@ def wire(page: Page, shown: list) -> None:
     """Refresh the download files after every event in `shown` (each puts a new run on screen)."""
 
     def refresh(view):
-        out = files(view)
-        return {page.export_json: out["json"], page.export_csv: out["csv"]} if out else {}
+        out = files(view)  # nothing yet (a run that did not finish): both buttons stay as they are
+        return (out["json"], out["csv"]) if out else (gr.update(), gr.update())
 
     for event in shown:
         event.then(refresh, page.run_view, [page.export_json, page.export_csv], show_progress="hidden")
