@@ -215,6 +215,7 @@ def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, comput
     from transformers import AutoModelForCausalLM
 
     from .q4k import Q4KEmbedding, Q4KLinear
+    from .variant_store import fill_the_rest
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -228,13 +229,4 @@ def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, comput
         else:
             module = Q4KLinear(blocks, cols, tensors.get(f"{name}.bias"), dtype, compute, device)
         model.set_submodule(name, module)
-    rest = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in tensors.items()
-            if k.rsplit(".", 1)[0] not in layout}
-    model.load_state_dict(rest, strict=False, assign=True)
-    for name, module in list(model.named_modules()):  # rotary tables are computed, not stored
-        if type(module).__name__.endswith("RotaryEmbedding"):
-            model.set_submodule(name, type(module)(model.config).to(device))
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"q4k target kernel is missing tensors for {', '.join(left[:3])}")
-    return model.eval()
+    return fill_the_rest(model, layout, tensors, dtype, device, "q4k target kernel")

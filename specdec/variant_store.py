@@ -111,6 +111,12 @@ def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: to
                     inner.bias = nn.Parameter(bias.to(device=device, dtype=dtype), requires_grad=False)
             module = SubsetHead(inner, tensors[f"{name}.ids"].to(device), vocab) if entry["kind"] == "head" else inner
         model.set_submodule(name, module)
+    return fill_the_rest(model, layout, tensors, dtype, device, "draft variant")
+
+
+def fill_the_rest(model: nn.Module, layout: dict, tensors: dict, dtype: torch.dtype, device: torch.device, what: str) -> nn.Module:
+    """After the modules in `layout` are built: assign every other stored tensor, recompute the
+    rotary tables, and refuse a model left with tensors on the meta device (naming `what` it is)."""
     rest = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in tensors.items()
             if k.rsplit(".", 1)[0] not in layout}
     model.load_state_dict(rest, strict=False, assign=True)
@@ -119,7 +125,7 @@ def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: to
             model.set_submodule(name, type(module)(model.config).to(device))
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
-        raise ValueError(f"draft variant is missing tensors for {', '.join(left[:3])}")
+        raise ValueError(f"{what} is missing tensors for {', '.join(left[:3])}")
     return model.eval()
 
 

@@ -8,21 +8,12 @@ import os
 import pytest
 
 from tests.test_browser import ARTIFACTS, CHROMIUM, app_url, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
-from tests.test_engine_choice import PLAIN_STEPS, SPEC_STEPS, serve
+from tests.test_engine_choice import servers  # noqa: F401 (the same stand-in servers)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
 
 
-@pytest.fixture(scope="module")
-def servers():
-    spec, spec_url = serve(SPEC_STEPS)
-    plain, plain_url = serve(PLAIN_STEPS)
-    yield spec_url, plain_url
-    spec.shutdown()
-    plain.shutdown()
-
-
-def test_the_page_colours_a_llamacpp_run(app_url, servers):  # noqa: F811
+def test_the_page_colours_a_llamacpp_run(app_url, servers):  # noqa: F811 (fixtures imported above)
     from playwright.sync_api import expect, sync_playwright
 
     spec_url, plain_url = servers
