@@ -13,9 +13,9 @@ try:  # ZeroGPU: `spaces` must be imported before torch looks for CUDA (it stand
 except ImportError:
     pass
 
-from specdec.gpu_budget import call_limit  # noqa: E402
-from specdec.models import dtype_override  # noqa: E402
-from specdec.pairs import shared_store  # noqa: E402
+from specdec.serving.gpu_budget import call_limit  # noqa: E402
+from specdec.models.pair import dtype_override  # noqa: E402
+from specdec.serving.pairs import shared_store  # noqa: E402
 
 try:  # a mistyped variable stops the app at once, with one line, instead of at the first visitor
     dtype_override()
@@ -35,8 +35,8 @@ if __name__ == "__main__":
     if os.environ.get("SPECDEC_PRELOAD", "1") == "1":
         # Load the default pair before the first visitor arrives (shared by every session afterwards).
         try:
-            from specdec import torch_thread
-            from specdec.variants import default_variant, draft_model
+            from specdec.serving import torch_thread
+            from specdec.kernels.variants import default_variant, draft_model
 
             pair = store.get(store.default)
             variant = default_variant(pair.name, pair.device)

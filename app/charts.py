@@ -14,9 +14,9 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from specdec.events import StepEvent
-from specdec.metrics import estimate_alpha
-from specdec.theory import expected_pass_counts
+from specdec.core.events import StepEvent
+from specdec.measure.metrics import estimate_alpha
+from specdec.core.theory import expected_pass_counts
 
 from . import palette
 

@@ -9,7 +9,7 @@ import threading
 import gradio as gr
 
 from specdec.engines.remote import remote_updates
-from specdec.events import StepEvent
+from specdec.core.events import StepEvent
 
 OURS = "specdec"
 CHOICES = [("this project's engine", OURS), ("a llama.cpp server", "llama.cpp"), ("a vLLM server", "vllm")]

@@ -1,4 +1,4 @@
-"""Export the run on screen (JSON and CSV, specdec.record) and load a saved JSON to show it again.
+"""Export the run on screen (JSON and CSV, specdec.record.run_file) and load a saved JSON to show it again.
 
 Loading needs no model: a talk on a machine without the models, or a run recorded on a GPU machine
 shown on a laptop. A file that is not a record this version reads is refused with the reason, and
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec.record import RecordError, RunRecord, from_json, write_files
+from specdec.record.run_file import RecordError, RunRecord, from_json, write_files
 
 from .page import Page
 from .view import RunView, frame

@@ -3,7 +3,7 @@ no more often than the page can afford.
 
 The GPU work is `stream_events`, a generator with plain arguments and results: on a ZeroGPU Space
 `spaces.GPU` runs it in a worker process (arguments and events are pickled across), asking for a
-duration computed from the request. It runs on the process's torch thread (specdec.torch_thread). Everything that
+duration computed from the request. It runs on the process's torch thread (specdec.serving.torch_thread). Everything that
 touches the page stays in `live_run`, which reads the events, ends the run between two steps when
 Stop is pressed or the visitor leaves (closing the stream ends the worker's generator too), and
 frees the pair only when the torch thread has left the run.
@@ -18,14 +18,15 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import gpu_budget, torch_thread
-from specdec.config import GenerationConfig
-from specdec.engine import generate
+from specdec.serving import gpu_budget
+from specdec.serving import torch_thread
+from specdec.core.config import GenerationConfig
+from specdec.core.decoding import generate
 from specdec.engines.base import EngineError
-from specdec.pairs import shared_store
-from specdec.passcost import one_token_pass_s
-from specdec.run import plain_int4_run
-from specdec.record import machine_info, now_utc, pair_info
+from specdec.serving.pairs import shared_store
+from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.run import plain_int4_run
+from specdec.record.run_file import machine_info, now_utc, pair_info
 
 from . import engine_choice, theory
 from .page import Page, StopFlag

@@ -9,8 +9,8 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable
 
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
-from specdec.metrics import RunMetrics
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.measure.metrics import RunMetrics
 
 # Token class -> (legend name, what it means); the meaning opens each token's tooltip.
 LABELS = {

@@ -1,4 +1,4 @@
-"""Replay: play the run on screen back, both runs racing on one clock (specdec.replay), at
+"""Replay: play the run on screen back, both runs racing on one clock (specdec.record.replay), at
 0.25x to 2x real time; pause; scrub to any step of the speculative run.
 
 A replay is one streaming handler that sleeps until the next recorded event is due and then sends
@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import replay as clock
-from specdec.replay import SPEEDS, Clock, Position
+from specdec.record import replay as clock
+from specdec.record.replay import SPEEDS, Clock, Position
 
 from .page import Page
 from .view import RunView, frame

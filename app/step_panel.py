@@ -1,5 +1,5 @@
 """Step through one step: the controls, the per-session held run, and the panel that explains a
-step (specdec.detail.explain gives the verdicts; this module lays them out). Handlers: app.stepping."""
+step (specdec.core.detail.explain gives the verdicts; this module lays them out). Handlers: app.stepping."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from html import escape
 
 import gradio as gr
 
-from specdec import gpu_budget
-from specdec.detail import ACCEPTED, DISCARDED, REJECTED, StepExplanation
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
+from specdec.serving import gpu_budget
+from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, StepExplanation
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
 
 from . import palette
 from .render import NEWLINE_MARK, unseen_chip
@@ -44,7 +44,7 @@ class StepSession:
         self.reset()
 
     def reset(self) -> None:
-        self.decoding = None  # the held specdec.detail.DetailedDecoding
+        self.decoding = None  # the held specdec.core.detail.DetailedDecoding
         self.events = None  # its iterator: next() is one step
         self.view = None  # app.view.RunView of the held run
         self.pair = self.prompt = self.config = None

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import torch_thread
-from specdec.detail import explain, generate_detailed
-from specdec.engine import generate
-from specdec.pairs import shared_store
-from specdec.passcost import one_token_pass_s
+from specdec.serving import torch_thread
+from specdec.core.detail import explain, generate_detailed
+from specdec.core.decoding import generate
+from specdec.serving.pairs import shared_store
+from specdec.measure.passcost import one_token_pass_s
 
 from . import engine_choice, live, step_panel
 from .view import frame

@@ -9,10 +9,10 @@ from html import escape
 
 import gradio as gr
 
-from specdec import gpu_budget
-from specdec.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
-from specdec.passcost import PassCosts
-from specdec.theory import best_k, prediction_gap, speedup_curve
+from specdec.serving import gpu_budget
+from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
+from specdec.measure.passcost import PassCosts
+from specdec.core.theory import best_k, prediction_gap, speedup_curve
 
 from . import theory_charts
 
@@ -42,7 +42,7 @@ class TheorySession:
     last finished run. Mutated in place; a deep copy (Gradio's per-session copy) is a fresh one."""
 
     points: list = field(default_factory=list)  # DrafterPoint
-    sweep: list = field(default_factory=list)  # specdec.sweep.SweepPoint, of the last sweep
+    sweep: list = field(default_factory=list)  # specdec.measure.sweep.SweepPoint, of the last sweep
     metrics: RunMetrics | None = None  # of the last finished speculative run (with its decode step)
     k: int | None = None  # its K (mean draft length, rounded)
     speedup: float | None = None  # its measured speedup, when plain decoding ran beside it
@@ -230,7 +230,7 @@ def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None
 def kernels_sentence(tables: dict, k: int, alpha: float | None) -> str:
     """Per kernel: its decode step, what checking K+1 tokens costs in its own decode steps, and (with
     an acceptance from a run) the K the cost policy would choose there and the speedup it predicts."""
-    from specdec.k_policy import best_choice
+    from specdec.core.k_policy import best_choice
 
     parts = []
     for name, costs in tables.items():

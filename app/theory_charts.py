@@ -1,5 +1,5 @@
 """The theory tab's figures: speedup vs K, the co-design map, what a pass costs. They read
-RunMetrics, PassCosts and sweep points, and call specdec.theory for every predicted value."""
+RunMetrics, PassCosts and sweep points, and call specdec.core.theory for every predicted value."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import plotly.graph_objects as go
 
-from specdec.passcost import PassCosts
-from specdec.theory import best_k, expected_tokens_per_pass, iso_speedup_grid, speedup_curve
+from specdec.measure.passcost import PassCosts
+from specdec.core.theory import best_k, expected_tokens_per_pass, iso_speedup_grid, speedup_curve
 
 from . import palette
 from .charts import _figure

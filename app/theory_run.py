@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specdec import torch_thread
+from specdec.serving import torch_thread
 from specdec.engines.base import EngineError
-from specdec.engine import generate
-from specdec.metrics import summarize
-from specdec.pairs import shared_store
-from specdec.sweep import SWEEP_KS, sweep_k
+from specdec.core.decoding import generate
+from specdec.measure.metrics import summarize
+from specdec.serving.pairs import shared_store
+from specdec.measure.sweep import SWEEP_KS, sweep_k
 
 from . import engine_choice, theory
 from .live import read_config
@@ -30,8 +30,8 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
     """Measure again the cost table of every target kernel (a target pass over 1..16 tokens after 200
     cached positions, and one pass of the draft variant chosen on the page), and llama.cpp's own
     when the page has started its servers; every session of this process sees the new tables."""
-    from specdec import cost_table
-    from specdec.target_kernels import KERNELS, kernel_target
+    from specdec.measure import cost_table
+    from specdec.kernels.target_kernels import KERNELS, kernel_target
 
     session, store = values[page.theory_state], shared_store()
     try:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specdec import gpu_budget
-from specdec.config import GenerationConfig, PRESETS
-from specdec.models import pick_device
-from specdec.pairs import shared_store
-from specdec.variants import default_variant
+from specdec.serving import gpu_budget
+from specdec.core.config import GenerationConfig, PRESETS
+from specdec.models.pair import pick_device
+from specdec.serving.pairs import shared_store
+from specdec.kernels.variants import default_variant
 
 from . import engine_choice, export, present, render, replay, stepping, theory, theory_run
 from .layout import ASSETS, build_layout

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.compare import departure, first_difference
-from specdec.config import GenerationConfig
-from specdec.metrics import summarize, summarize_runs
+from specdec.measure.compare import departure, first_difference
+from specdec.core.config import GenerationConfig
+from specdec.measure.metrics import summarize, summarize_runs
 
 from . import charts, render, theory
 from .page import Page
@@ -29,7 +29,7 @@ class RunView:
     lossy: list = field(default_factory=list)  # its StepEvents
     pending: dict = field(default_factory=dict)  # lane -> display text a remote engine sent before its steps (vLLM)
     one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
-    # What a saved record keeps besides the events (specdec.record): the prompt, the pair, the machine, when.
+    # What a saved record keeps besides the events (specdec.record.run_file): the prompt, the pair, the machine, when.
     prompt: str = ""
     pair: dict = field(default_factory=dict)
     machine: dict = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """Build assets/draft_vocab_qwen2.5.json: the Qwen2.5 token ids, most frequent first, for the
-truncated-vocabulary draft variants (-v16k, -v32k; see specdec/vocab_subset.py).
+truncated-vocabulary draft variants (-v16k, -v32k; see specdec/models/vocab_subset.py).
 
 Counted offline, once, from two sources, each normalised to a distribution and mixed half and half:
 - code: every .py file of this Python's standard library (Python Software Foundation License);
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specdec.vocab_subset import ASSETS, count_tokens, fingerprint, ranked_ids  # noqa: E402
+from specdec.models.vocab_subset import ASSETS, count_tokens, fingerprint, ranked_ids  # noqa: E402
 
 LANGUAGES = ("fr", "de", "es", "it", "pt", "nl", "ru", "pl", "zh", "ja", "sv")  # beside English
 WORDS_PER_LANGUAGE = 30000
@@ -61,7 +61,7 @@ def prose_counts(tokenizer, language: str) -> Counter:
 def main() -> int:
     from transformers import AutoTokenizer
 
-    from specdec import bundle
+    from specdec.models import bundle
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the embedded pair's converted draft)")

@@ -1,5 +1,5 @@
 """Measured speedup against the three predictions, per prompt of the bench set, through the same
-functions the app uses (specdec.run.compare_runs -> specdec.metrics -> specdec.theory).
+functions the app uses (specdec.measure.run.compare_runs -> specdec.measure.metrics -> specdec.core.theory).
 
     HF_HUB_OFFLINE=1 python scripts/check_predictions.py [--pair NAME] [--k 5] [--max-new-tokens 64]
 
@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
-from specdec.models import load_pair  # noqa: E402
-from specdec.run import compare_runs  # noqa: E402
-from specdec.theory import expected_pass_counts, prediction_gap  # noqa: E402
-from specdec.variants import default_variant  # noqa: E402
+from specdec.core.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
+from specdec.models.pair import load_pair  # noqa: E402
+from specdec.measure.run import compare_runs  # noqa: E402
+from specdec.core.theory import expected_pass_counts, prediction_gap  # noqa: E402
+from specdec.kernels.variants import default_variant  # noqa: E402
 
 
 def cpu_flags() -> str:

@@ -4,7 +4,7 @@ The target's own greedy output (prompt + N tokens) is fed through a draft varian
 pass; the share of positions where the draft's argmax equals the target's next token is the
 greedy acceptance probability of a first draft token. Also prints one draft pass (median, 200
 cached positions), resident memory, and how much of the target's output a truncated head's
-subset covers. This is how the int4 recipe in specdec/variants.py was chosen (docs/benchmarks.md).
+subset covers. This is how the int4 recipe in specdec/kernels/variants.py was chosen (docs/benchmarks.md).
 
     HF_HUB_OFFLINE=1 python scripts/draft_agreement.py bf16 int8 int4 int4-v32k
 """
@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specdec.cached_model import CachedModel  # noqa: E402
-from specdec.config import GenerationConfig  # noqa: E402
-from specdec.engine import generate  # noqa: E402
-from specdec.models import load_pair  # noqa: E402
-from specdec.variants import draft_model, head_ids, parse_variant, resident_gb  # noqa: E402
+from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.core.config import GenerationConfig  # noqa: E402
+from specdec.core.decoding import generate  # noqa: E402
+from specdec.models.pair import load_pair  # noqa: E402
+from specdec.kernels.variants import draft_model, head_ids, parse_variant, resident_gb  # noqa: E402
 
 EXTRA = [  # beyond the bench prompts: prose and a translation, where drafts are accepted least
     {"id": "story", "prompt": "Write a short story (about 150 words) about a lighthouse keeper who finds a message in a bottle."},

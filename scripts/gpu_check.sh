@@ -31,10 +31,10 @@ import argparse, statistics, time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specdec.bench import run_hf, run_ours, mode_config
-from specdec.cached_model import CachedModel
-from specdec.metrics import predicted_speedup
-from specdec.models import DTYPES, ModelPair
+from specdec.bench.runner import run_hf, run_ours, mode_config
+from specdec.core.cached_model import CachedModel
+from specdec.measure.metrics import predicted_speedup
+from specdec.models.pair import DTYPES, ModelPair
 
 # From the public config.json of Qwen/Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct.
 COMMON = dict(vocab_size=151936, rope_theta=1_000_000.0, max_position_embeddings=32768, tie_word_embeddings=True,

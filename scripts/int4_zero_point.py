@@ -1,7 +1,7 @@
 """How far the CPU int4 kernel's weights are from `QuantWeight.dequantize()`, over a real model.
 
 torch's CPU kernel (`aten._weight_int4pack_mm_for_cpu`) computes w = (q - 8) * scale + zero with
-scale and zero in the activations' dtype (bf16 on a CPU: specdec.variants.compute_dtype). This
+scale and zero in the activations' dtype (bf16 on a CPU: specdec.kernels.variants.compute_dtype). This
 quantizes every linear layer of the embedded pair's converted draft with `quantize(w, 4)` and
 compares, weight by weight, what the kernel is given against `dequantize()`, in units of that
 group's quantization step (its scale). Prints the largest difference, a high percentile, and how
@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specdec.quant import QuantLinear, quantize, unpack_nibbles  # noqa: E402
+from specdec.kernels.quant import QuantLinear, quantize, unpack_nibbles  # noqa: E402
 
 DEFAULT = Path.home() / ".cache/specdec/qwen2.5-coder-gguf/qwen2.5-coder-0.5b-instruct-awq"
 

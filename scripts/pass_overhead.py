@@ -4,7 +4,7 @@
     HF_HUB_OFFLINE=1 flock /tmp/specdec-heavy.lock python scripts/pass_overhead.py compile [--dtype fp32]
 
 `overhead`: the embedded target (converted copy), 200 cached positions, one decode pass (1 token)
-and one verify pass (6 tokens) as the engine runs them (specdec.cached_model), median of interleaved
+and one verify pass (6 tokens) as the engine runs them (specdec.core.cached_model), median of interleaved
 repeats; then the same with every linear layer replaced by a no-op that returns zeros of the right
 shape (what is left: attention, norms, rotary, the cache, Python); then torch.profiler's top
 operators of one pass of each kind.
@@ -29,8 +29,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec.bundle import cache_root  # noqa: E402
-from specdec.cached_model import CachedModel  # noqa: E402
+from specdec.models.bundle import cache_root  # noqa: E402
+from specdec.core.cached_model import CachedModel  # noqa: E402
 
 CONTEXT = 200  # cached positions while timing (as in DESIGN.md's pass costs)
 SIZES = (1, 6)  # a decode pass; a verify pass of K + 1 = 6 tokens

@@ -218,8 +218,8 @@ def dropped_client(url: str, pair: str, max_new_tokens: int, report: list[str], 
 
 def zerogpu_durations(report: list[str]) -> None:
     """What the app would ask ZeroGPU for (computed, not measured: no ZeroGPU here)."""
-    from specdec.config import GenerationConfig
-    from specdec.gpu_budget import PassCosts, call_seconds, max_new_tokens_within
+    from specdec.core.config import GenerationConfig
+    from specdec.serving.gpu_budget import PassCosts, call_seconds, max_new_tokens_within
 
     costs = PassCosts()
     report += ["## ZeroGPU durations (computed)", "",
@@ -350,7 +350,7 @@ def main(argv=None) -> int:
             print("dropped client (tiny-random)", flush=True)
             dropped_client(url, "tiny-random", 1024, dropped)
 
-    from specdec import bundle
+    from specdec.models import bundle
 
     if "embedded" in parts and not bundle.is_converted():
         embedded += ["The embedded pair's converted copy is absent (`make prepare`): its parts were not run.", ""]

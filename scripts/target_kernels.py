@@ -30,13 +30,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec import q4k  # noqa: E402
-from specdec.bench import load_prompts  # noqa: E402
-from specdec.cached_model import CachedModel  # noqa: E402
-from specdec.config import GenerationConfig  # noqa: E402
-from specdec.engine import Decoding  # noqa: E402
-from specdec.quant import QuantEmbedding, QuantLinear, module_bytes  # noqa: E402
-from specdec.target_kernels import hf_name, kernel_target, release  # noqa: E402
+from specdec.kernels import q4k  # noqa: E402
+from specdec.bench.runner import load_prompts  # noqa: E402
+from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.core.config import GenerationConfig  # noqa: E402
+from specdec.core.decoding import Decoding  # noqa: E402
+from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes  # noqa: E402
+from specdec.kernels.target_kernels import hf_name, kernel_target, release  # noqa: E402
 
 AGREE = 64
 
@@ -98,7 +98,7 @@ def first_tokens(pair, name: str, prompts: list[dict]) -> dict:
 def activation_table(calls: int = 40) -> None:
     """Which activation dtype the quantized kernels want on this CPU: one 8960 x 1536 weight (the
     target's gate/up shape), median ms per call at 1 and 6 tokens, against fp32 F.linear."""
-    from specdec.quant import quantize
+    from specdec.kernels.quant import quantize
 
     w = torch.randn(8960, 1536) * 0.02
     blocks, cpu = q4k.quantize(w), torch.device("cpu")
@@ -126,8 +126,8 @@ def activation_table(calls: int = 40) -> None:
 
 
 def main() -> int:
-    from specdec.bundle import gguf_files
-    from specdec.models import load_pair
+    from specdec.models.bundle import gguf_files
+    from specdec.models.pair import load_pair
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", default="bf16,int8,q4k")

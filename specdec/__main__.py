@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from .cli_args import add_bench_command_args, add_generation_args, add_model_args, generation_config, load, variant_names
-from .engines.cli import add_engines_command
-from .events import BONUS, CORRECTION, StepEvent
+from specdec.cli.args import add_bench_command_args, add_generation_args, add_model_args, generation_config, load, variant_names
+from specdec.cli.engines import add_engines_command
+from specdec.core.events import BONUS, CORRECTION, StepEvent
 
 ANSI = {
     "accepted": "\033[32m",  # green
@@ -31,7 +31,7 @@ def colour_events(events: list[StepEvent], show_rejected: bool = True) -> str:
 
 
 def cmd_generate(args) -> int:
-    from .run import compare_runs
+    from specdec.measure.run import compare_runs
 
     generation_config(args)  # bad settings fail before the models load
     if not args.prompt or not args.prompt.strip():
@@ -42,13 +42,13 @@ def cmd_generate(args) -> int:
         raise ValueError("generate runs one draft variant; --draft-variant takes one name here")
     config = generation_config(args, variants[0])
     if config.policy == "cost" and config.drafter != "none":
-        from .cost_table import costs_for
+        from specdec.measure.cost_table import costs_for
 
         costs_for(pair, config, progress=True)  # cached, or measured now with a progress bar (the run would measure it silently)
     result = compare_runs(pair, args.prompt, config, chat=args.chat, with_plain=args.compare, with_plain_int4=args.plain_int4)
     if args.record:
-        from .metrics import FROM_ONE_TOKEN_PASS
-        from .record import RunRecord, machine_info, now_utc, pair_info, to_json
+        from specdec.measure.metrics import FROM_ONE_TOKEN_PASS
+        from specdec.record.run_file import RunRecord, machine_info, now_utc, pair_info, to_json
 
         timed_after = result.spec.decode_step_from == FROM_ONE_TOKEN_PASS  # no plain run: the step timed after it
 
@@ -66,7 +66,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_prepare(args) -> int:
-    from . import bundle
+    from specdec.models import bundle
 
     missing = bundle.missing_packages()
     if missing:
@@ -77,7 +77,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import run_bench
+    from specdec.bench.runner import run_bench
 
     return run_bench(args)
 
@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=cmd_bench)
     add_engines_command(sub)
     args = parser.parse_args(argv)
-    from .bundle import BundleError  # light: no torch
-    from .engines.base import EngineError
+    from specdec.models.bundle import BundleError  # light: no torch
+    from specdec.engines.base import EngineError
 
     try:
         return args.func(args)

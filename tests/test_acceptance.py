@@ -2,7 +2,7 @@
 
 import torch
 
-from specdec.acceptance import greedy_accept, speculative_sample
+from specdec.core.acceptance import greedy_accept, speculative_sample
 
 V = 10
 

@@ -3,9 +3,9 @@
 import pytest
 
 from specdec.__main__ import main
-from specdec.config import MAX_NEW_TOKENS_CAP, GenerationConfig
-from specdec.engine import generate
-from specdec.models import load_pair
+from specdec.core.config import MAX_NEW_TOKENS_CAP, GenerationConfig
+from specdec.core.decoding import generate
+from specdec.models.pair import load_pair
 
 
 @pytest.mark.parametrize("field, value", [
@@ -47,7 +47,7 @@ def test_unknown_path():
 def test_different_vocabularies_are_refused(tiny_pair, tmp_path):
     from transformers import AutoTokenizer
 
-    from specdec.tiny import build_tokenizer
+    from specdec.models.tiny import build_tokenizer
 
     target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
     tiny_pair.target.save_pretrained(target_dir)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from specdec.__main__ import main
-from specdec.bench import DEFAULT_MODES, bench, load_prompts
-from specdec.bench_report import geomean, table
+from specdec.bench.runner import DEFAULT_MODES, bench, load_prompts
+from specdec.bench.report import geomean, table
 
 PROMPTS = [
     {"id": "code", "prompt": "def add(a, b):\n    return a + b\n\ndef add(a, b):", "chat": False, "kind": "ignored"},

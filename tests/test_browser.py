@@ -173,9 +173,9 @@ SPAN_IN_PAGE = "Array.from(document.querySelectorAll('#spec-pane .tok')).map(t =
 
 def expected_run(max_new_tokens: int, temperature: float, draft_variant: str):
     """The same run in this process (same pair, dtype, settings and seed): what stepping must show."""
-    from specdec.config import GenerationConfig
-    from specdec.engine import generate
-    from specdec.models import load_pair
+    from specdec.core.config import GenerationConfig
+    from specdec.core.decoding import generate
+    from specdec.models.pair import load_pair
 
     pair = load_pair("tiny-random", device="cpu", dtype=DTYPE)
     config = GenerationConfig(max_new_tokens=max_new_tokens, k=5, temperature=temperature, draft_variant=draft_variant)

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from specdec import bundle
+from specdec.models import bundle
 
 NAME = "fake-bundle"
 

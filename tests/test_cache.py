@@ -4,9 +4,9 @@ next pass feeds), with the same keys a fresh prefill of that sequence would give
 import pytest
 import torch
 
-from specdec.cached_model import CachedModel
-from specdec.config import GenerationConfig
-from specdec.engine import generate
+from specdec.core.cached_model import CachedModel
+from specdec.core.config import GenerationConfig
+from specdec.core.decoding import generate
 
 PROMPT = "for i in range(10):"
 

@@ -6,7 +6,7 @@ import pytest
 
 from app import palette
 from app.charts import HEIGHT, acceptance_figure, throughput_figure, tokens_per_pass_figure
-from specdec.events import BONUS, CORRECTION, PLAIN
+from specdec.core.events import BONUS, CORRECTION, PLAIN
 
 from test_render import make_events  # tests/ has no __init__.py: pytest puts it on sys.path
 
@@ -60,7 +60,7 @@ def test_tokens_per_pass_figure(spec_events):
     bars, predicted = tokens_per_pass_figure(spec_events).data
     assert list(bars.x) == [1, 2, 3, 4] and list(bars.y) == [2, 1, 0, 1]
     # alpha = 4 accepted / (4 + 2 rejections); the steps drafted 3, 3, 0 and 2 tokens
-    from specdec.theory import expected_pass_counts
+    from specdec.core.theory import expected_pass_counts
 
     assert list(predicted.y) == pytest.approx(expected_pass_counts(4 / 6, [3, 3, 0, 2]))
     assert sum(predicted.y) == pytest.approx(4)  # one expected pass per step

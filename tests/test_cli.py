@@ -44,7 +44,7 @@ def test_bad_variant_exits_2(capsys):
 
 
 def test_generate_writes_a_run_record_the_app_can_load(capsys, tmp_path):
-    from specdec.record import from_json
+    from specdec.record.run_file import from_json
 
     path = tmp_path / "run.json"
     argv = ["generate", "--pair", "tiny-random", "--dtype", "fp32", "--prompt", "def f(x):", "--max-new-tokens", "16",
@@ -58,7 +58,7 @@ def test_generate_writes_a_run_record_the_app_can_load(capsys, tmp_path):
 
 
 def test_generate_with_the_cost_policy_measures_the_cost_table_once_with_a_progress_bar(capsys, tmp_path, monkeypatch):
-    from specdec import cost_table
+    from specdec.measure import cost_table
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setattr(cost_table, "_tables", {})

@@ -1,11 +1,11 @@
-"""specdec.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype) and
+"""specdec.measure.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype) and
 machine, cached on disk, read back without measuring, measured again on request."""
 
 import json
 
 import pytest
 
-from specdec import cost_table
+from specdec.measure import cost_table
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_a_damaged_table_is_measured_again(tiny_pair, cache, count_measurements,
 
 
 def test_progress_bar_and_costs_for_a_config(tiny_pair, cache, capsys):
-    from specdec.config import GenerationConfig
+    from specdec.core.config import GenerationConfig
 
     costs = cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", draft_variant="int4"), progress=True)
     assert "pass costs of tiny-random" in capsys.readouterr().err

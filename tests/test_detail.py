@@ -6,12 +6,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-import specdec.acceptance as acceptance
+import specdec.core.acceptance as acceptance
 from conftest import run_checked, untimed
-from specdec.acceptance import speculative_sample
-from specdec.config import GenerationConfig
-from specdec.detail import ACCEPTED, DISCARDED, REJECTED, explain, generate_detailed, record_step, replay_uniforms
-from specdec.events import CORRECTION
+from specdec.core.acceptance import speculative_sample
+from specdec.core.config import GenerationConfig
+from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, explain, generate_detailed, record_step, replay_uniforms
+from specdec.core.events import CORRECTION
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 V = 10

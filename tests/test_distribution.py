@@ -4,7 +4,7 @@ draft proposes. Checked with a chi-square test; a deliberately broken rule must 
 import torch
 from scipy.stats import chisquare
 
-from specdec.acceptance import speculative_sample
+from specdec.core.acceptance import speculative_sample
 
 SIGNIFICANCE = 1e-3  # a correct rule fails this test once in a thousand seeds
 TRIALS = 4000

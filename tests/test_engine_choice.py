@@ -13,9 +13,10 @@ import gradio as gr
 import pytest
 
 from app import live
-from specdec import gpu_budget, pairs
-from specdec.events import check_invariants
-from specdec.pairs import Offer, PairStore
+from specdec.serving import gpu_budget
+from specdec.serving import pairs
+from specdec.core.events import check_invariants
+from specdec.serving.pairs import Offer, PairStore
 from tests.test_live import no_progress, settings
 from tests.test_llamacpp_stream import chunks
 
@@ -112,7 +113,7 @@ def test_settings_a_remote_run_cannot_honour_are_named(page, monkeypatch, change
 def test_text_before_its_steps_streams_uncoloured_then_the_steps_colour_it(page, monkeypatch):
     from app import engine_choice
     from app.view import RunView, frame
-    from specdec.config import GenerationConfig
+    from specdec.core.config import GenerationConfig
     from specdec.engines.vllm import PendingText
 
     step = live.generate  # any StepEvent will do: take one from a run of this project's engine on tiny-random

@@ -20,10 +20,12 @@ import torch
 from scipy.stats import chi2
 
 from conftest import run_checked, tokens
-from specdec import drafters, engine, sampling
-from specdec.acceptance import residual, speculative_sample
-from specdec.config import GenerationConfig
-from specdec.models import ModelPair
+from specdec.core import drafters
+from specdec.core import decoding as engine
+from specdec.core import sampling
+from specdec.core.acceptance import residual, speculative_sample
+from specdec.core.config import GenerationConfig
+from specdec.models.pair import ModelPair
 
 SIGNIFICANCE = 1e-3  # a correct engine fails this once in a thousand seeds (the seed is fixed)
 VOCAB = 8
@@ -33,7 +35,7 @@ CONFIG = GenerationConfig(k=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P
 
 class BigramLM(torch.nn.Module):
     """A causal LM whose next-token logits are row `last token` of a fixed (V, V) table, whatever
-    came before. It has the interface the engine runs a model through (specdec.cached_model: input
+    came before. It has the interface the engine runs a model through (specdec.core.cached_model: input
     ids, a transformers cache it extends, logits_to_keep), at next to no cost per pass."""
 
     def __init__(self, table: torch.Tensor):
@@ -128,7 +130,7 @@ def transition_p_value(pair, target_logits, config) -> float:
 
 
 def test_the_bigram_pair_is_what_it_claims(bigram):
-    from specdec.cached_model import CachedModel
+    from specdec.core.cached_model import CachedModel
 
     pair, target = bigram
     lm = CachedModel(pair.target, VOCAB)

@@ -14,7 +14,7 @@ import pytest
 from specdec.engines.base import EngineError, StepAssembler
 from specdec.engines.server import ServerProcess, free_port
 from specdec.engines.stream import get_json, post_stream
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 
 
 class Letters:

@@ -20,11 +20,12 @@ import huggingface_hub
 import pytest
 
 from conftest import make_hub_cache
-from specdec import bundle, config
-from specdec.config import GenerationConfig, PairPreset
-from specdec.engine import generate
-from specdec.models import load_pair
-from specdec.pairs import Offer, PairStore, PairUnavailable
+from specdec.models import bundle
+from specdec.core import config
+from specdec.core.config import GenerationConfig, PairPreset
+from specdec.core.decoding import generate
+from specdec.models.pair import load_pair
+from specdec.serving.pairs import Offer, PairStore, PairUnavailable
 
 TINY, PAIR, NAME = "tiny-random", "fake-pair", "fake-faults-bundle"
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from specdec import gpu_budget
-from specdec.config import GenerationConfig
-from specdec.events import CORRECTION, PLAIN, StepEvent
-from specdec.gpu_budget import PassCosts, call_seconds, check_fits, max_new_tokens_within
+from specdec.serving import gpu_budget
+from specdec.core.config import GenerationConfig
+from specdec.core.events import CORRECTION, PLAIN, StepEvent
+from specdec.serving.gpu_budget import PassCosts, call_seconds, check_fits, max_new_tokens_within
 
 COSTS = PassCosts(draft_s=0.02, verify_s=0.05, decode_s=0.04, setup_s=10.0)
 

@@ -1,37 +1,130 @@
-"""specdec's modules depend on one another one way: no import circle, lazy imports included."""
+"""specdec's modules depend on one another one way: no import circle, and a layer never imports a
+layer above it (lazy imports inside functions included; imports under `if TYPE_CHECKING:` are
+annotations only and do not count)."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specdec"
 
+# Lowest first. A module may import its own layer and any layer before it in this list.
+LAYERS = ("core", "models", "kernels", "measure", "engines", "serving", "record", "bench", "cli")
+# The package's entry point (`python -m specdec`) sits above every layer.
+TOP = {"__main__"}
+# (importer, imported): an import against the layer order, with the reason it stays.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("bench.runner", "cli.args"): "the bench loads its pair through the command line's loader",
+    ("core.config", "kernels.target_kernels"): "validate checks the kernel name against the kernels",
+    ("core.config", "kernels.variants"): "validate checks the variant name against the variants",
+    ("core.decoding", "kernels.target_kernels"): "the loop builds the target kernel",
+    ("core.decoding", "kernels.variants"): "the loop builds the draft variant",
+    ("core.decoding", "measure.cost_table"): "the loop measures the cost table",
+    ("core.decoding", "measure.passcost"): "the loop's annotation of the cost table",
+    ("core.decoding", "models.pair"): "the loop takes a ModelPair",
+    ("record.run_file", "bench.runner"): "the record takes machine_info from the bench",
+}
 
-def imports(path: Path, modules: set[str]) -> set[str]:
+
+def module_name(path: Path) -> str:
+    """specdec/core/events.py -> 'core.events'; specdec/__main__.py -> '__main__'."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of the tree except those inside an `if TYPE_CHECKING:` block."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
     """The package's modules that `path` imports anywhere (top level or inside a function)."""
+    inside = path.is_relative_to(PACKAGE)
+    own = module_name(path).split(".") if inside else []
+    package = own if path.name == "__init__.py" else own[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:  # from .x import y / from . import x
-            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specdec."):
-            found.add(node.module.split(".")[1])
+    for node in _runtime_nodes(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from .x import y / from . import x
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                mod = ".".join([*base, node.module] if node.module else base)
+            elif (node.module or "").startswith("specdec."):
+                mod = node.module.removeprefix("specdec.")
+            elif node.module == "specdec":
+                mod = ""
+            else:
+                continue
+            names = [f"{mod}.{a.name}".strip(".") for a in node.names] + [mod]
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("specdec.")}
-    return found & modules
+            names = [a.name.removeprefix("specdec.") for a in node.names if a.name.startswith("specdec.")]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != "__init__":
+                found.add(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imports(p, set(mods)) - {m} for m, p in mods.items()}
+
+
+def layer(module: str) -> int:
+    if module in TOP:
+        return len(LAYERS)
+    return LAYERS.index(module.split(".")[0])
+
+
+def test_every_module_is_in_a_layer():
+    loose = [m for m in modules() if m not in TOP and m != "__init__" and m.split(".")[0] not in LAYERS]
+    assert not loose, f"modules outside the layer folders {LAYERS}: {loose}"
 
 
 def test_no_import_circles():
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    graph = {m: imports(PACKAGE / f"{m}.py", modules) for m in modules}
-    assert graph["engine"] and graph["detail"]  # the reading sees imports at all
+    g = graph()
+    assert g["core.decoding"] and g["core.detail"]  # the reading sees imports at all
     circles = []
 
     def walk(start, node, path):
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(g.get(node, ())):
             if nxt == start:
                 circles.append(" -> ".join([*path, nxt]))
             elif nxt not in path and nxt > start:  # each circle once, from its smallest name
                 walk(start, nxt, [*path, nxt])
 
-    for m in sorted(modules):
+    for m in sorted(g):
         walk(m, m, [m])
     assert not circles, circles
+
+
+def test_layers_import_downward_only():
+    g = graph()
+    upward = sorted((m, n) for m, deps in g.items() for n in deps
+                    if m != "__init__" and n != "__init__" and layer(n) > layer(m))
+    unexplained = [f"{m} imports {n} ({LAYERS[layer(m)]} < {LAYERS[layer(n)] if n not in TOP else 'top'})"
+                   for m, n in upward if (m, n) not in EXCEPTIONS]
+    assert not unexplained, "a lower layer imports a higher one:\n" + "\n".join(unexplained)
+    stale = [pair for pair in EXCEPTIONS if pair not in upward]
+    assert not stale, f"listed exceptions that no longer happen (remove them): {stale}"
+
+
+def test_the_reading_sees_an_upward_import(tmp_path):
+    """The layer check can fail: a core module that imports the bench is reported."""
+    fake = PACKAGE / "core" / "decoding.py"
+    assert "bench.runner" not in imports(fake, set(modules()))
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from specdec.bench.runner import run_bench\n")
+    found = imports(probe, set(modules()))
+    assert found == {"bench.runner"}

@@ -1,12 +1,12 @@
-"""specdec.k_policy with hand-made cost tables: K = 0 where drafting cannot pay, K > 0 where it
+"""specdec.core.k_policy with hand-made cost tables: K = 0 where drafting cannot pay, K > 0 where it
 does, the choice is the best predicted rate, and the probes bring drafting back."""
 
 import pytest
 
-from specdec.k_policy import (AcceptanceEstimate, AdaptiveK, Choice, CostK, FixedK, best_choice, make_policy,
+from specdec.core.k_policy import (AcceptanceEstimate, AdaptiveK, Choice, CostK, FixedK, best_choice, make_policy,
                               predicted_rate)
-from specdec.passcost import PassCosts
-from specdec.theory import expected_tokens_per_pass
+from specdec.measure.passcost import PassCosts
+from specdec.core.theory import expected_tokens_per_pass
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 

@@ -12,9 +12,11 @@ import pytest
 from app import live
 from app.page import StopFlag
 from app.render import render_spans
-from specdec import gpu_budget, pairs, torch_thread
-from specdec.config import GenerationConfig
-from specdec.pairs import Offer, PairStore
+from specdec.serving import gpu_budget
+from specdec.serving import pairs
+from specdec.serving import torch_thread
+from specdec.core.config import GenerationConfig
+from specdec.serving.pairs import Offer, PairStore
 from tests.conftest import run_checked, tokens
 
 

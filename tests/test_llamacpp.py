@@ -10,7 +10,7 @@ import pytest
 
 from specdec.engines.base import EngineError, template_prompt
 from specdec.engines.server import free_port
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 
 PROMPTS = ("Write a Python function that returns the sum of the squares of a list of numbers.",
            "def is_palindrome(s):")
@@ -27,7 +27,7 @@ def _run(source, prompt_ids):
 @pytest.fixture(scope="session")
 def llamacpp():
     """Runs every prompt on the speculative server, stops it, then on the plain server: one at a time."""
-    from specdec.bundle import BundleError
+    from specdec.models.bundle import BundleError
     from specdec.engines.llamacpp import PLAIN as PLAIN_LANE
     from specdec.engines.llamacpp import SPECULATIVE, LlamaCppSource, embedded_tokenizer, start_server
     from specdec.engines.llamacpp_build import BuildUnavailable, build
@@ -96,7 +96,7 @@ def test_a_lane_on_the_wrong_server_says_so(llamacpp):
 
 
 def test_an_unreachable_server_is_one_line():
-    from specdec.config import GenerationConfig
+    from specdec.core.config import GenerationConfig
     from specdec.engines.remote import remote_events
 
     url = f"http://127.0.0.1:{free_port()}"

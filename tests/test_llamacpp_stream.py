@@ -13,7 +13,7 @@ import pytest
 
 from specdec.engines.base import EngineError
 from specdec.engines.llamacpp import LlamaCppSource
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 from tests.test_engines_shared import Letters
 
 EOS = 99
@@ -131,7 +131,7 @@ def serve(stream: list[dict]):
 
 
 def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkeypatch):
-    from specdec import bench
+    from specdec.bench import runner as bench
     from specdec.engines import llamacpp
 
     ids = [5, 6, 7, 8, 9, 10]

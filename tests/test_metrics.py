@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
-from specdec.metrics import (FROM_ONE_TOKEN_PASS, FROM_OWN_STEPS, FROM_PLAIN, estimate_alpha, expected_tokens_per_pass,
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.measure.metrics import (FROM_ONE_TOKEN_PASS, FROM_OWN_STEPS, FROM_PLAIN, estimate_alpha, expected_tokens_per_pass,
                              measured_speedup, predicted_speedup, summarize, summarize_runs)
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from specdec import pairs
-from specdec.config import DEFAULT_PAIR
-from specdec.models import load_pair
-from specdec.pairs import GB, Offer, PairStore, PairUnavailable
+from specdec.serving import pairs
+from specdec.core.config import DEFAULT_PAIR
+from specdec.models.pair import load_pair
+from specdec.serving.pairs import GB, Offer, PairStore, PairUnavailable
 
 SMOL, BIG, TINY = "smollm2-1.7b/135m", "qwen2.5-coder-7b/0.5b", "tiny-random"
 

@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 from conftest import run_checked, tokens, untimed
-from specdec.config import GenerationConfig
-from specdec.engine import generate
-from specdec.events import EOS_ACCEPTED, check_invariants
-from specdec.passcost import PassCosts
+from specdec.core.config import GenerationConfig
+from specdec.core.decoding import generate
+from specdec.core.events import EOS_ACCEPTED, check_invariants
+from specdec.measure.passcost import PassCosts
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
@@ -76,13 +76,13 @@ def test_text_pieces_join_to_the_decoded_output(tiny_pair):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
-    from specdec.metrics import summarize
+    from specdec.measure.metrics import summarize
 
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, temperature=temperature, max_new_tokens=96))
     assert 0.2 < summarize(events).acceptance_rate < 0.9
 
 
-# The cost K policy, with hand-made cost tables (specdec.k_policy has the unit tests).
+# The cost K policy, with hand-made cost tables (specdec.core.k_policy has the unit tests).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 UNPROFITABLE = PassCosts(SIZES, tuple(0.01 * n for n in SIZES), 0.05, 200, 3)  # a draft pass dearer than 5 decode steps
 PROFITABLE = PassCosts(SIZES, (0.01,) * len(SIZES), 0.0001, 200, 3)  # a free check and a free draft
@@ -111,7 +111,7 @@ def test_cost_policy_drafts_where_drafting_pays(tiny_pair, plain):
 def test_cost_policy_recovers_through_its_probes(tiny_pair, plain, monkeypatch):
     """A run that starts sure its drafts fail (prior alpha 0) drafts nothing, probes with K = 1
     after 8 plain steps, and drafts again once a probe is accepted (the check is free here)."""
-    from specdec.k_policy import AcceptanceEstimate
+    from specdec.core.k_policy import AcceptanceEstimate
 
     monkeypatch.setattr(AcceptanceEstimate, "PRIOR", (0.0, 5.0))
     config = GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48)

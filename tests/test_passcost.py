@@ -1,10 +1,10 @@
-"""specdec.passcost on tiny-random: it times what it says and interpolates between sizes."""
+"""specdec.measure.passcost on tiny-random: it times what it says and interpolates between sizes."""
 
 import pytest
 
-from specdec.config import GenerationConfig
-from specdec.engine import generate
-from specdec.passcost import PassCosts, measure, one_token_pass_s
+from specdec.core.config import GenerationConfig
+from specdec.core.decoding import generate
+from specdec.measure.passcost import PassCosts, measure, one_token_pass_s
 
 
 def test_measure(tiny_pair):

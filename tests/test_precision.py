@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import run_checked, tokens
-from specdec.compare import TIE_MARGIN, first_difference
-from specdec.config import GenerationConfig
-from specdec.models import DTYPES, load_pair, pick_dtype
+from specdec.measure.compare import TIE_MARGIN, first_difference
+from specdec.core.config import GenerationConfig
+from specdec.models.pair import DTYPES, load_pair, pick_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 PRECISION = os.environ.get("SPECDEC_DTYPE") or "fp32"  # what the precision-marked tests run in
@@ -95,7 +95,7 @@ def test_greedy_equals_plain_or_differs_at_a_reported_tie(pair, prompt, drafter,
 
 @pytest.mark.precision
 def test_sampling_keeps_the_contract(pair):
-    from specdec.metrics import summarize
+    from specdec.measure.metrics import summarize
 
     events = run_checked(pair, PROMPTS[0], GenerationConfig(k=4, temperature=1.0, top_p=0.95, seed=3, max_new_tokens=64))
     assert 0.1 < summarize(events).acceptance_rate < 0.95

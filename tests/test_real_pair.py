@@ -4,9 +4,9 @@ import logging
 
 import pytest
 
-from specdec import bundle
-from specdec.config import DEFAULT_PAIR, GenerationConfig
-from specdec.events import check_invariants
+from specdec.models import bundle
+from specdec.core.config import DEFAULT_PAIR, GenerationConfig
+from specdec.core.events import check_invariants
 
 pytestmark = pytest.mark.skipif(
     not bundle.bundle_available(), reason="embedded pair not installed: pip install -r requirements-bundle.txt"
@@ -15,8 +15,8 @@ log = logging.getLogger(__name__)
 
 
 def test_embedded_pair_speculative_equals_plain():
-    from specdec.models import load_pair
-    from specdec.run import compare_runs
+    from specdec.models.pair import load_pair
+    from specdec.measure.run import compare_runs
 
     pair = load_pair(DEFAULT_PAIR)
     assert pair.source == "embedded bundle"
@@ -35,8 +35,8 @@ def test_embedded_pair_speculative_equals_plain():
 def test_embedded_pair_with_the_int4_v32k_draft_equals_plain():
     """The cheapest draft variant changes acceptance, never the output (variant from its disk cache,
     or built once: about 20 s on 2 cores)."""
-    from specdec.models import load_pair
-    from specdec.run import compare_runs
+    from specdec.models.pair import load_pair
+    from specdec.measure.run import compare_runs
 
     pair = load_pair(DEFAULT_PAIR)
     prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."

@@ -1,4 +1,4 @@
-"""specdec.record: a run saved as JSON comes back as the same run (same HTML, same figures); the CSV
+"""specdec.record.run_file: a run saved as JSON comes back as the same run (same HTML, same figures); the CSV
 has one row per step with the documented columns; files that are not records of this version are
 refused with a message naming what is wrong; loading one needs no model."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from specdec import record as rec
-from specdec.config import GenerationConfig
+from specdec.record import run_file as rec
+from specdec.core.config import GenerationConfig
 from tests.conftest import run_checked
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record)
     alone = replace(record, plain=[], one_token_pass_s=0.01)
     back = rec.from_json(rec.to_json(alone))
     assert back.one_token_pass_s == 0.01
-    from specdec.metrics import summarize_runs
+    from specdec.measure.metrics import summarize_runs
 
     assert back.metrics()["speculative"] == summarize_runs(record.spec, None, 0.01).as_dict()  # what the page showed
     assert back.metrics()["speculative"]["cost_ratio_c"] is not None
@@ -170,13 +170,13 @@ def test_bad_and_foreign_files_are_refused_with_a_message(record, name, make, me
 
 
 def test_loading_in_the_app_needs_no_model_and_refuses_bad_files(record, page, tmp_path, monkeypatch):
-    import specdec.models
+    import specdec.models.pair
     from app import export
 
     def no_model(*args, **kwargs):
         raise AssertionError("loading a record must not load a model")
 
-    monkeypatch.setattr(specdec.models, "load_pair", no_model)
+    monkeypatch.setattr(specdec.models.pair, "load_pair", no_model)
     good = tmp_path / "run.json"
     good.write_text(rec.to_json(record), encoding="utf-8")
     out = export.load(page, {page.load_run: str(good), page.show_rejected: True})

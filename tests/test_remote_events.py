@@ -14,12 +14,12 @@ import pytest
 from app import charts
 from app.render import render_event, render_tokens
 from app.step_panel import render_panel
-from specdec import record as rec
-from specdec.compare import first_difference
-from specdec.config import GenerationConfig
-from specdec.detail import explain
-from specdec.events import BONUS, CORRECTION, PLAIN, StepEvent, check_invariants
-from specdec.metrics import summarize, summarize_runs
+from specdec.record import run_file as rec
+from specdec.measure.compare import first_difference
+from specdec.core.config import GenerationConfig
+from specdec.core.detail import explain
+from specdec.core.events import BONUS, CORRECTION, PLAIN, StepEvent, check_invariants
+from specdec.measure.metrics import summarize, summarize_runs
 
 
 def remote(steps: list[tuple[int, int, list[str]]], engine: str = "llama.cpp", dt: float = 0.1) -> list[StepEvent]:
@@ -149,7 +149,7 @@ def test_first_difference_without_margins():
 
 def test_theory_tab_copes_with_a_remote_run():
     from app import theory, theory_charts
-    from specdec.metrics import measured_speedup
+    from specdec.measure.metrics import measured_speedup
 
     spec, plain = summarize_runs(SPEC, PLAIN_RUN), summarize(PLAIN_RUN)
     session = theory.TheorySession()

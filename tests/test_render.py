@@ -9,8 +9,8 @@ import pytest
 
 from app import palette
 from app.render import render_badge, render_event, render_legend, render_stats, render_tokens
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
-from specdec.metrics import summarize
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
+from specdec.measure.metrics import summarize
 
 XSS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '" onmouseover="alert(1)', "a & b'"]
 SPAN = re.compile(r'<span class="tok tok-(\w+)"(?: data-step="\d+")? title="([^"]*)">([^<]*)</span>')

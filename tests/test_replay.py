@@ -1,4 +1,4 @@
-"""Replay: both runs on one clock from their recorded elapsed seconds (specdec.replay), and the app's
+"""Replay: both runs on one clock from their recorded elapsed seconds (specdec.record.replay), and the app's
 replay handler, which must show at every frame exactly the events whose time has passed."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import gradio as gr
 import pytest
 
 from app.render import render_spans
-from specdec import replay
-from specdec.events import BONUS, CORRECTION, PLAIN
+from specdec.record import replay
+from specdec.core.events import BONUS, CORRECTION, PLAIN
 from tests.test_render import make_events
 
 SPEC_TIMES = [0.5, 1.0, 1.8, 2.0, 3.1]
@@ -79,7 +79,7 @@ def page():
 
 def finished_view():
     from app.view import RunView
-    from specdec.config import GenerationConfig
+    from specdec.core.config import GenerationConfig
 
     return RunView(config=GenerationConfig(k=3), dtype_name="fp32", spec=list(SPEC), plain=list(PLAIN_RUN), finished=True,
                    status="tiny-random")

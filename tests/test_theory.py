@@ -1,11 +1,11 @@
-"""specdec.theory: Leviathan et al.'s formulas at known points, and the gap between predictions."""
+"""specdec.core.theory: Leviathan et al.'s formulas at known points, and the gap between predictions."""
 
 import math
 from types import SimpleNamespace
 
 import pytest
 
-from specdec.theory import (best_k, expected_pass_counts, iso_speedup_grid, prediction_gap, predicted_speedup,
+from specdec.core.theory import (best_k, expected_pass_counts, iso_speedup_grid, prediction_gap, predicted_speedup,
                             speedup_curve, tokens_per_pass_distribution)
 
 

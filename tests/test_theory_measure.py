@@ -8,9 +8,10 @@ import pytest
 
 from app import theory, theory_run
 from app.page import StopFlag
-from specdec import gpu_budget, pairs
-from specdec.pairs import Offer, PairStore
-from specdec.target_kernels import KERNELS
+from specdec.serving import gpu_budget
+from specdec.serving import pairs
+from specdec.serving.pairs import Offer, PairStore
+from specdec.kernels.target_kernels import KERNELS
 
 
 @pytest.fixture(scope="module")

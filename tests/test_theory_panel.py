@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from app import step_panel, theory, theory_charts
-from specdec.config import GenerationConfig
-from specdec.detail import Candidate, Position, StepDetail, Token, explain
-from specdec.events import BONUS, CORRECTION, PLAIN
-from specdec.metrics import FROM_PLAIN, measured_speedup, summarize, summarize_runs
-from specdec.passcost import PassCosts
-from specdec.theory import best_k, speedup_curve
+from specdec.core.config import GenerationConfig
+from specdec.core.detail import Candidate, Position, StepDetail, Token, explain
+from specdec.core.events import BONUS, CORRECTION, PLAIN
+from specdec.measure.metrics import FROM_PLAIN, measured_speedup, summarize, summarize_runs
+from specdec.measure.passcost import PassCosts
+from specdec.core.theory import best_k, speedup_curve
 
 from test_render import XSS, make_events
 
@@ -45,7 +45,7 @@ def test_predictions_box_shows_the_metrics_own_numbers(runs):
 def test_verdict_names_the_closest_prediction_and_the_gaps():
     from types import SimpleNamespace
 
-    from specdec.theory import PredictionGap
+    from specdec.core.theory import PredictionGap
 
     gap = PredictionGap(measured=1.5, textbook=1.2, with_verify_cost=0.9, from_passes=1.48, verify_factor=0.75,
                         burst_factor=1.64, unexplained=1.5 / 1.48)
@@ -151,7 +151,7 @@ def test_one_cost_curve_per_kernel_and_a_sentence_on_where_drafting_pays():
 
 
 def test_break_even_lines_of_other_kernels_on_the_codesign_map():
-    from specdec.theory import predicted_speedup
+    from specdec.core.theory import predicted_speedup
 
     fig = theory_charts.codesign_figure(5, 1.0, [], break_even={"q4k": 3.4})
     line = next(t for t in fig.data if t.name.startswith("q4k"))
@@ -160,8 +160,8 @@ def test_break_even_lines_of_other_kernels_on_the_codesign_map():
 
 
 def test_a_llamacpp_run_is_placed_by_llamacpps_own_costs(runs):
-    from specdec.events import StepEvent
-    from specdec.metrics import summarize
+    from specdec.core.events import StepEvent
+    from specdec.measure.metrics import summarize
 
     events = [StepEvent(0, (), 0, (1,), "plain", None, None, None, None, 1, 0.1, ("a",), (), None, engine="llama.cpp"),
               StepEvent(1, (2, 3), 2, (2, 3, 4), "correction", None, None, None, None, 4, 0.3, ("b", "c", "d"), ("b", "c"),

@@ -1,4 +1,4 @@
-"""specdec.torch_thread: heavy torch work from any thread runs on one thread, so the process keeps a
+"""specdec.serving.torch_thread: heavy torch work from any thread runs on one thread, so the process keeps a
 single OpenMP team (a second one makes every small op pay a wake-up; docs/app_speed.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from specdec import torch_thread
+from specdec.serving import torch_thread
 
 
 def test_call_runs_on_one_thread_whoever_calls():

@@ -1,4 +1,4 @@
-"""Draft variants (specdec/variants.py): names, quantization error, exact output with every
+"""Draft variants (specdec/kernels/variants.py): names, quantization error, exact output with every
 variant, the truncated head's distribution, and the disk cache."""
 
 import json
@@ -9,13 +9,15 @@ import torch
 from scipy.stats import chisquare
 
 from conftest import run_checked, tokens
-from specdec import quant, variant_store, variants
-from specdec.acceptance import speculative_sample
-from specdec.config import GenerationConfig
-from specdec.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
-from specdec.sampling import probs_from_logits
-from specdec.variant_store import SubsetHead
-from specdec.variants import VARIANTS, VariantSpec, parse_variant
+from specdec.kernels import quant
+from specdec.kernels import variant_store
+from specdec.kernels import variants
+from specdec.core.acceptance import speculative_sample
+from specdec.core.config import GenerationConfig
+from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
+from specdec.core.sampling import probs_from_logits
+from specdec.kernels.variant_store import SubsetHead
+from specdec.kernels.variants import VARIANTS, VariantSpec, parse_variant
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them

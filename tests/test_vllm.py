@@ -18,7 +18,7 @@ import pytest
 
 from specdec.engines.base import EngineError
 from specdec.engines.vllm import PendingText, VllmSource, split_steps, tree_rss_bytes
-from specdec.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
 
 
 # --- step assignment ------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_one_token_speculative_run_has_no_step_lists(fake):
 
 
 def test_bench_runs_vllm_one_server_at_a_time_against_its_own_plain(tiny_pair, monkeypatch):
-    from specdec import bench
+    from specdec.bench import runner as bench
     from specdec.engines import vllm
 
     ids = [5, 6, 7, 8, 9, 10]
@@ -241,7 +241,7 @@ VLLM_NEEDS_GB = 14  # measured: 13.0 GB (plain) to 16.5 GB (speculative) over it
 def served():
     """Every prompt on vLLM's speculative server, which is then stopped, then on its plain server:
     one server at a time (each takes several GB). fp32: exactness is tested in fp32."""
-    from specdec.bundle import BundleError
+    from specdec.models.bundle import BundleError
     from specdec.engines.base import template_prompt
     from specdec.engines.llamacpp import embedded_tokenizer
     from specdec.engines.vllm import PLAIN as PLAIN_LANE
@@ -261,7 +261,7 @@ def served():
 
     import psutil
 
-    from specdec import models
+    from specdec.models import pair as models
 
     models._loaded.clear()
     gc.collect()

@@ -16,9 +16,10 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from specdec import gpu_budget, pairs
-from specdec.config import GenerationConfig
-from specdec.pairs import Offer, PairStore
+from specdec.serving import gpu_budget
+from specdec.serving import pairs
+from specdec.core.config import GenerationConfig
+from specdec.serving.pairs import Offer, PairStore
 
 
 @pytest.fixture

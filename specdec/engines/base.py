@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol
 
-from ..events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
-from ..text import TextTracker
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.core.text import TextTracker
 
 SPECDEC, LLAMA_CPP, VLLM = "specdec", "llama.cpp", "vllm"
 ENGINES = (SPECDEC, LLAMA_CPP, VLLM)  # values of StepEvent.engine
@@ -44,7 +44,7 @@ def template_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
 class StepAssembler:
     """Builds the events of one remote run, step by step, from what the engine says of each step.
 
-    Text pieces come from the project's tokenizer over the whole sequence (specdec.text), as in our
+    Text pieces come from the project's tokenizer over the whole sequence (specdec.core.text), as in our
     engine. The engine names only the tokens it emitted, so `drafted` holds the accepted drafts and
     the rejected ones are counted in `unseen_rejected`; p, q, margins and the draft/verify seconds
     are None (not reported)."""

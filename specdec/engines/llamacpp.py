@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..events import FINISH_EOS, FINISH_LENGTH, StepEvent
-from .base import LLAMA_CPP, EngineError, StepAssembler
-from .server import Progress, ServerProcess, free_port
-from .stream import get_json, post_stream
+from specdec.core.events import FINISH_EOS, FINISH_LENGTH, StepEvent
+from specdec.engines.base import LLAMA_CPP, EngineError, StepAssembler
+from specdec.engines.server import Progress, ServerProcess, free_port
+from specdec.engines.stream import get_json, post_stream
 
 K = 5  # draft tokens per step the speculative server is started with (--spec-draft-n-max)
 CONTEXT = 2048  # tokens of context per server: prompts and outputs here are a few hundred
@@ -45,8 +45,8 @@ def server_argv(binary, target, draft=None, *, port: int, k: int = K, threads: i
 def start_server(lane: str, *, k: int = K, port: int | None = None, progress: Progress | None = None) -> ServerProcess:
     """Start llama-server on the embedded pair's GGUF files (building it first if needed) and wait
     until it answers. The caller stops it (ServerProcess.stop, or use it as a context manager)."""
-    from ..bundle import gguf_files
-    from .llamacpp_build import build
+    from specdec.models.bundle import gguf_files
+    from specdec.engines.llamacpp_build import build
 
     if lane not in (PLAIN, SPECULATIVE):
         raise ValueError(f"lane must be one of {PLAIN!r}, {SPECULATIVE!r}, got {lane!r}")
@@ -62,7 +62,7 @@ def embedded_tokenizer():
     the page passes its loaded pair's): the converted target's, else read from the GGUF file."""
     from transformers import AutoTokenizer
 
-    from ..bundle import gguf_files
+    from specdec.models.bundle import gguf_files
 
     target, _ = gguf_files()
     converted = target.parent.parent / target.stem  # bundle layout: <cache>/<bundle>/gguf/<key>.gguf beside <cache>/<bundle>/<key>/

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..bundle import cache_root
-from .base import EngineError
+from specdec.models.bundle import cache_root
+from specdec.engines.base import EngineError
 
 SDIST = "llama-cpp-python"  # the PyPI package whose sdist carries llama.cpp's sources in vendor/llama.cpp
 SDIST_VERSION = "0.3.36"

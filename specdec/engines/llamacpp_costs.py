@@ -6,17 +6,17 @@ request that repeats a cached prefix and adds n new tokens evaluates exactly tho
 which is what a verify pass of K+1 = n tokens is; the server's own `timings.prompt_ms` times it, and
 `timings.prompt_n` says how many tokens it evaluated (checked: a request that did not reuse the
 cache is refused, not counted). A draft pass is the same over one token on a server of the draft
-GGUF alone. Sizes are interleaved over the repeats and the median taken, as specdec.passcost does.
+GGUF alone. Sizes are interleaved over the repeats and the median taken, as specdec.measure.passcost does.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from ..passcost import PassCosts
-from .base import LLAMA_CPP, EngineError
-from .server import Progress, ServerProcess, free_port
-from .stream import post_stream
+from specdec.measure.passcost import PassCosts
+from specdec.engines.base import LLAMA_CPP, EngineError
+from specdec.engines.server import Progress, ServerProcess, free_port
+from specdec.engines.stream import post_stream
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass, as the cost table of our engine
 CONTEXT = 200  # cached positions before each timed pass
@@ -66,9 +66,9 @@ def measure(target_url: str, draft_url: str | None, vocab: int, sizes=SIZES, rep
 
 def start_draft_server(progress: Progress | None = None) -> ServerProcess:
     """llama-server on the embedded pair's draft GGUF alone: where a draft pass is timed."""
-    from ..bundle import gguf_files
-    from .llamacpp import START_TIMEOUT_S, server_argv
-    from .llamacpp_build import build
+    from specdec.models.bundle import gguf_files
+    from specdec.engines.llamacpp import START_TIMEOUT_S, server_argv
+    from specdec.engines.llamacpp_build import build
 
     _, draft = gguf_files()
     port = free_port()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..config import GenerationConfig
-from ..events import StepEvent
-from .base import LLAMA_CPP, VLLM, EngineError, StepSource, template_prompt
+from specdec.core.config import GenerationConfig
+from specdec.core.events import StepEvent
+from specdec.engines.base import LLAMA_CPP, VLLM, EngineError, StepSource, template_prompt
 
 REMOTE_ENGINES = (LLAMA_CPP, VLLM)  # engines this module can read
 
@@ -21,11 +21,11 @@ REMOTE_ENGINES = (LLAMA_CPP, VLLM)  # engines this module can read
 def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=()) -> StepSource:
     """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server)."""
     if engine == LLAMA_CPP:
-        from .llamacpp import LlamaCppSource
+        from specdec.engines.llamacpp import LlamaCppSource
 
         return LlamaCppSource(base_url, tokenizer, speculative=speculative, eos_ids=eos_ids)
     if engine == VLLM:
-        from .vllm import VllmSource
+        from specdec.engines.vllm import VllmSource
 
         return VllmSource(base_url, tokenizer, speculative=speculative)
     known = ", ".join(repr(e) for e in REMOTE_ENGINES)
@@ -60,7 +60,7 @@ def remote_updates(engine: str, base_url: str, prompt: str, tokenizer, config: G
 def start_embedded_llamacpp(k: int = 5, progress=None):
     """Start llama-server twice on the embedded pair (speculative with the draft, plain without);
     returns specdec.engines.llamacpp.EmbeddedServers (spec_url, plain_url, stop())."""
-    from .llamacpp import start_embedded_servers
+    from specdec.engines.llamacpp import start_embedded_servers
 
     return start_embedded_servers(k=k, progress=progress)
 

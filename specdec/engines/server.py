@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..bundle import cache_root
-from .base import EngineError
-from .stream import get_json
+from specdec.models.bundle import cache_root
+from specdec.engines.base import EngineError
+from specdec.engines.stream import get_json
 
 Progress = Callable[[float, str], None]  # (fraction of the wait, message), as the bundle reports
 POLL_S = 0.5  # seconds between health checks

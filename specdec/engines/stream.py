@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Iterator
 
-from .base import EngineError
+from specdec.engines.base import EngineError
 
 EXCERPT = 160  # characters of an unexpected answer quoted in the error line
 

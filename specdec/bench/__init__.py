@@ -1,0 +1,1 @@
+"""The benchmark: its modes, the runs, the report."""

@@ -1,0 +1,216 @@
+"""What the benchmark's runs add up to: summary figures, Leviathan's prediction, the printed table.
+
+specdec/bench/runner.py runs the modes and hands over plain records; everything here only reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import statistics
+
+import torch
+
+from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
+from specdec.models.pair import DTYPES, ModelPair
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # the ones that decide which kernels are fast here
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def cpu_flags() -> list[str]:
+    """Which of CPU_FLAGS /proc/cpuinfo lists (what `lscpu | grep -o avx512_bf16` shows)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+            return [flag for flag in CPU_FLAGS if flag in flags]
+    return []
+
+
+def machine_info(pair: ModelPair) -> dict:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    ram_gb = None
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/meminfo") as f:
+            ram_gb = round(int(next(line for line in f if line.startswith("MemTotal")).split()[1]) / 2**20, 1)
+    if pair.device.type == "cuda":
+        cpu += f" + {torch.cuda.get_device_name(pair.device)}"
+    import transformers
+
+    return {
+        "cpu": cpu,
+        "cpu_flags": cpu_flags(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "ram_gb": ram_gb,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": str(pair.device),
+        "dtype": dtype_name(pair.target.dtype),
+        "draft_dtype": dtype_name(pair.draft.dtype) if pair.draft is not None else None,
+    }
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return next(k for k, v in DTYPES.items() if v == dt)
+
+
+def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dict:
+    """results: bench.Result records; events: (prompt, mode) -> our engine's StepEvents;
+    draft_gb: mode -> resident GB of the draft model that mode ran."""
+    by = {(r.prompt, r.mode): r for r in results}
+    prompts = list(dict.fromkeys(r.prompt for r in results))
+    spec_mode = next((m for m in modes if m.split("@")[0] == "spec"), None)  # the first spec variant
+
+    def ratio(mode: str | None, over: str) -> float | None:
+        if mode not in modes or over not in modes:
+            return None
+        return geomean([by[p, mode].tok_s / by[p, over].tok_s for p in prompts])
+
+    summary = {
+        "speedup_vs_plain": {m: ratio(m, "plain") for m in modes if m != "plain"},
+        "ratio_vs_hf_assisted": ratio(spec_mode, "hf_assisted"),
+        "vs_hf_assisted": {m: ratio(m, "hf_assisted") for m in modes if m in by_mode_ours(modes)} if "hf_assisted" in modes else {},
+        "ratio_best_vs_hf_assisted": ratio("best", "hf_assisted"),
+        "ratio_vs_hf_assisted_cpulinear": ratio(spec_mode, "hf_assisted_cpulinear"),  # same kernels: the loops alone
+        "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
+        "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes
+                                   if by[prompts[0], m].identical_to_plain is not None},  # None: a plain reference
+        "speedup_vs_own_plain": {m: ratio(m, own) for m, own in (("llamacpp_spec", "llamacpp_plain"), ("vllm_spec", "vllm_plain")) if m in modes},
+        "cost_ratio_c": cost_ratios(events, modes, prompts),
+        "draft_memory_gb": draft_gb,
+        "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].acceptance_rate is not None},
+    }
+    pairs = {p: (events[p, spec_mode], events[p, "plain"]) for p in prompts if (p, spec_mode) in events}
+    summary["leviathan"] = leviathan(pairs) if pairs else None
+    if "plain_int4" in modes:
+        summary["plain_int4"] = {p: {"first_difference": by[p, "plain_int4"].first_difference,
+                                     "agree_first_64": by[p, "plain_int4"].agree_first_64} for p in prompts}
+    return summary
+
+
+def by_mode_ours(modes) -> list:
+    """Our draft-model modes (spec, best, and their @variant forms)."""
+    return [m for m in modes if m.split("@")[0] in ("spec", "best")]
+
+
+def cost_ratios(events: dict, modes, prompts) -> dict:
+    """mode -> median over prompts of c = drafting seconds per drafted token / plain decode step."""
+    out = {}
+    for mode in modes:
+        cs = []
+        for p in prompts:
+            if (p, mode) not in events or (p, "plain") not in events:
+                continue
+            m, plain = summarize(events[p, mode]), summarize(events[p, "plain"])
+            if m.drafted and m.draft_pass_s is not None and plain.target_pass_s:  # None: an engine that does not time drafting
+                cs.append(m.draft_pass_s / plain.target_pass_s)
+        if cs:
+            out[mode] = statistics.median(cs)
+    return out
+
+
+def geo_acceptance(by: dict, mode: str, prompts) -> float | None:
+    values = [by[p, mode].acceptance_rate for p in prompts if by[p, mode].acceptance_rate is not None]
+    return statistics.fmean(values) if values else None
+
+
+def leviathan(pairs: dict) -> dict:
+    """Measured speedup of `spec` over `plain` against the three predictions of specdec.measure.metrics
+    (the same functions the app and the CLI use), per prompt.
+
+    Both sides leave the prompt out: the formulas model decoding, so `measured` here is the ratio
+    of tokens/s after prefill (the events' elapsed time), not the whole-call ratio of the table.
+    - textbook: (1 - a^(K+1)) / ((1 - a)(K c + 1)), a = alpha (per token), c = draft pass / decode step;
+    - with_costs: the same with the measured verify cost (K+1-token pass / decode step) for the 1;
+    - from_passes: measured tokens per pass x decode step / measured time of a step."""
+    rows = {}
+    for pid, (spec, plain) in pairs.items():
+        m, p = summarize_runs(spec, plain), summarize(plain)
+        if not m.drafted:
+            continue
+        predicted = {
+            "textbook": m.predicted_speedup,
+            "with_costs": m.predicted_speedup_with_verify_cost,
+            "from_passes": m.predicted_speedup_from_passes,
+        }
+        measured = measured_speedup(m, p)  # prefill excluded on both sides
+        rows[pid] = {
+            "alpha": m.alpha, "acceptance_rate": m.accepted_share, "mean_k": m.mean_k, "c": m.cost_ratio_c,
+            "tokens_per_pass": m.tokens_per_step, "expected_tokens_per_pass": m.expected_tokens_per_pass,
+            "verify_over_decode": m.verify_cost,  # cost of a K+1-token pass in decode steps
+            "draft_pass_ms": 1000 * m.draft_pass_s, "decode_pass_ms": 1000 * m.decode_step_s, "verify_pass_ms": 1000 * m.verify_pass_s,
+            "measured": measured,
+            **{f"predicted_{k}": v for k, v in predicted.items()},
+            **{f"measured_over_{k}": measured / v for k, v in predicted.items()},
+        }
+    out = {"per_prompt": rows, "c": statistics.median(r["c"] for r in rows.values()) if rows else None}
+    for k in ("textbook", "with_costs", "from_passes"):
+        out[f"measured_over_{k}"] = geomean([r[f"measured_over_{k}"] for r in rows.values()])
+    return out
+
+
+def table(report: dict) -> str:
+    rows = report["results"]
+    from specdec.bench.modes import OWN_PLAIN
+
+    # x plain: our modes over our plain decoding on the same kernel; a real engine over its own plain decoding
+    plain = {(r["prompt"], r.get("target_kernel")): r["tok_s"] for r in rows if r["mode"] == "plain"}
+    plain.update({(r["prompt"], r["mode"]): r["tok_s"] for r in rows if r["mode"] in OWN_PLAIN.values()})
+
+    def reference(r):
+        own = OWN_PLAIN.get(r["mode"], r["mode"] if r["mode"] in OWN_PLAIN.values() else None)
+        return plain[r["prompt"], own] if own else plain[r["prompt"], r.get("target_kernel")]
+    several = len({r.get("target_kernel") for r in rows}) > 1
+    label = {id(r): r["mode"] + (f" [{r.get('target_kernel')}]" if several else "") for r in rows}  # mode [kernel]
+    width = max(22, *(len(v) for v in label.values()))
+    head = f"{'prompt':<20} {'mode':<{width}} {'tokens':>6} {'seconds':>8} {'tok/s':>7} {'x plain':>7} {'same':>5} {'accept':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        same = "" if r["identical_to_plain"] is None else ("yes" if r["identical_to_plain"] else "NO")
+        acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.0%}"
+        line = (f"{r['prompt'][:20]:<20} {label[id(r)]:<{width}} {r['tokens']:>6} {r['seconds']:>8.2f} {r['tok_s']:>7.2f} "
+                f"{r['tok_s'] / reference(r):>6.2f}x {same:>5} {acc:>6}")
+        d = r.get("first_difference")
+        if d and "lossy_text" in d:
+            line += f"  departs at {d['index']}: {d['lossy_text']!r} for {d['exact_text']!r}; {r['agree_first_64']}/64 agree"
+        elif d:
+            why = "" if d["margin"] is None else f", margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}{why}"
+        lines.append(line)
+    s = report["summary"]
+    lines.append("")
+    lines.append("geomean speedup vs plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_plain"].items() if v))
+    if s.get("speedup_vs_own_plain"):
+        lines.append("geomean speedup vs the engine's own plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_own_plain"].items() if v))
+    for key in ("ratio_vs_hf_assisted", "ratio_best_vs_hf_assisted", "ratio_vs_hf_assisted_cpulinear", "ratio_lookup_vs_hf_lookup"):
+        if s[key]:
+            lines.append(f"{key}: {s[key]:.2f}x")
+    if s.get("vs_hf_assisted"):
+        lines.append("geomean vs hf_assisted (stock draft): " + ", ".join(f"{m} {v:.2f}x" for m, v in s["vs_hf_assisted"].items() if v))
+    if s["cost_ratio_c"]:
+        lines.append("c (drafting per token / plain decode step, median): " + ", ".join(f"{m} {v:.3f}" for m, v in s["cost_ratio_c"].items()))
+    if s["draft_memory_gb"]:
+        lines.append("draft resident memory: " + ", ".join(f"{m} {v:.2f} GB" for m, v in s["draft_memory_gb"].items()))
+    fastest = s.get("fastest_exact")
+    if fastest:
+        over = f", {fastest['over_fastest_plain']:.2f}x the fastest plain configuration" if fastest["over_fastest_plain"] else ""
+        lines.append(f"fastest exact configuration: {fastest['mode']} on the {fastest['target_kernel']} target kernel, "
+                     f"{fastest['tok_s']:.2f} tok/s (geomean over prompts){over}")
+    lev = s.get("leviathan")
+    if lev and lev["c"] is not None:
+        lines.append(f"spec measured/predicted (prefill excluded): textbook {lev['measured_over_textbook']:.2f}, with measured "
+                     f"pass costs {lev['measured_over_with_costs']:.2f}, with measured costs and tokens per pass {lev['measured_over_from_passes']:.2f}")
+    m = report["machine"]
+    lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(CPU_FLAGS)}, "
+                 f"torch {m['torch']}, transformers {m['transformers']}, {m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
+    return "\n".join(lines)

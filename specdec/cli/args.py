@@ -1,0 +1,122 @@
+"""Command-line options shared by `generate` and `bench`, and loading the pair they name.
+
+Kept apart from __main__ (which dispatches) and bench (which runs), so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from specdec.core.config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
+from specdec.kernels.target_kernels import KERNELS
+from specdec.kernels.variants import VARIANTS, default_variant
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=None, help=f"preset: {', '.join(PRESETS)} (default: $SPECDEC_PAIR or {DEFAULT_PAIR})")
+    p.add_argument("--target", help="target model: Hub id or local folder (instead of --pair)")
+    p.add_argument("--draft", help="draft model: Hub id or local folder (with --target)")
+    p.add_argument("--device", help="cpu, cuda, or auto: spread the models over all GPUs (default: cuda when available)")
+    p.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], help="default: $SPECDEC_DTYPE, else bf16 where the hardware runs it natively, else fp32")
+
+
+def add_variant_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
+    more = "; comma-separated to compare several side by side" if several else ""
+    p.add_argument("--draft-variant", help=f"the draft as run: {', '.join(VARIANTS)} (default: the measured default for this machine{more})")
+
+
+def add_k_policy_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k-policy", choices=K_POLICIES, default=None,
+                   help="how K is chosen each step: fixed (default); adaptive: +2 after a fully accepted draft, -1 otherwise; "
+                        "cost: the K (0 = no drafting) with the most predicted tokens/s from this machine's pass costs "
+                        "(measured once, cached) and the acceptance so far")
+
+
+def add_kernel_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
+    more = "; comma-separated to run the modes once per kernel" if several else ""
+    p.add_argument("--target-kernel", default="bf16",
+                   help=f"the target as run: {', '.join(KERNELS)} (default: bf16, the target as loaded{more})")
+
+
+def add_generation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain decoding")
+    p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
+    add_k_policy_arg(p)
+    p.add_argument("--adaptive", action="store_true", help="the same as --k-policy adaptive")
+    p.add_argument("--draft-confidence", type=float, default=0.0, help="stop drafting when the draft's top probability falls below this (0 = off)")
+    add_variant_arg(p)
+    add_kernel_arg(p)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None, help="wrap the prompt in the chat template (default: the preset's choice)")
+
+
+def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens, k=args.k, k_policy=k_policy_of(args),
+        draft_confidence=args.draft_confidence, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, drafter=args.drafter, draft_variant=draft_variant, target_kernel=args.target_kernel,
+    ).validate()
+
+
+def k_policy_of(args) -> str:
+    """--k-policy, with --adaptive as its older spelling (both given must agree)."""
+    chosen = getattr(args, "k_policy", None)
+    if getattr(args, "adaptive", False):
+        if chosen not in (None, "adaptive"):
+            raise ValueError(f"--adaptive means --k-policy adaptive, and --k-policy {chosen} was given too")
+        return "adaptive"
+    return chosen or "fixed"
+
+
+def variant_names(args, pair) -> list[str]:
+    """--draft-variant as a list (validated), or the measured default for the pair on this machine."""
+    from specdec.kernels.variants import parse_variant
+
+    given = [v.strip() for v in (args.draft_variant or "").split(",") if v.strip()]
+    for name in given:
+        parse_variant(name)
+    return given or [default_variant(pair.name, pair.device)]
+
+
+def kernel_names(args) -> list[str]:
+    """--target-kernel as a list of names (validated)."""
+    from specdec.kernels.target_kernels import parse_kernel
+
+    given = [parse_kernel(k.strip()) for k in (getattr(args, "target_kernel", None) or "bf16").split(",") if k.strip()]
+    return list(dict.fromkeys(given)) or ["bf16"]
+
+
+def load(args):
+    from specdec.models.pair import load_pair
+
+    if args.draft and not args.target:
+        raise ValueError("--draft needs --target (or use --pair)")
+    if args.pair and args.target:
+        raise ValueError("give either --pair or --target, not both")
+    return load_pair(args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+
+
+def add_bench_command_args(p: argparse.ArgumentParser) -> None:
+    """Every option of `bench` (also `python -m specdec.bench.runner`)."""
+    from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
+    from specdec.models.pair import DTYPES
+
+    p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json"))
+    add_model_args(p)
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--repeats", type=int, default=1, help="alternating rounds per prompt")
+    p.add_argument("--json", action="store_true")
+    add_variant_arg(p, several=True)
+    add_kernel_arg(p, several=True)
+    p.add_argument("--draft-dtype", choices=list(DTYPES), help="the draft model's dtype (default: --dtype)")
+    p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
+    p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")
+    add_k_policy_arg(p)  # for `spec`, instead of --schedule; hf_assisted keeps --schedule
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                   help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4)")

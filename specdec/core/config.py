@@ -1,0 +1,140 @@
+"""Frozen settings: how to generate, and which model pairs the project knows by name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MAX_K = 32  # longest draft the engine accepts
+MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
+DRAFTERS = ("model", "lookup", "auto", "none")
+K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/core/k_policy.py
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 64  # stop after this many new tokens
+    k: int = 5  # draft length (the starting length when adaptive)
+    k_policy: str = "fixed"  # how K is chosen each step: fixed | adaptive | cost (K may be 0; specdec/core/k_policy.py)
+    adaptive_k: bool = False  # the older way to ask for k_policy "adaptive" (records, the page and the API send it)
+    k_max: int = 16  # upper bound for adaptive K and for the cost policy's K
+    draft_confidence: float = 0.0  # stop drafting once the draft's top probability falls below this; 0 = off
+    temperature: float = 0.0  # 0 = greedy; otherwise rejection sampling at this temperature
+    top_k: int = 0  # keep only the k most likely tokens; 0 = off
+    top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1 = off
+    seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
+    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
+    lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
+    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/kernels/variants.py)
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/kernels/target_kernels.py)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def policy(self) -> str:
+        """The K policy in effect: k_policy, or "adaptive" when asked for by its older name."""
+        return "adaptive" if self.adaptive_k else self.k_policy
+
+    def validate(self) -> "GenerationConfig":
+        """Raise ValueError naming the first field outside its allowed range; return self."""
+        _check_int("k", self.k, 1, MAX_K)
+        _check_int("k_max", self.k_max, 1, MAX_K)
+        _check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_CAP)
+        _check_int("top_k", self.top_k, 0, None)
+        _check_int("seed", self.seed, 0, None)
+        _check_int("lookup_ngram", self.lookup_ngram, 1, 16)
+        if not _is_number(self.temperature) or self.temperature < 0 or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_number(self.draft_confidence) or not 0 <= self.draft_confidence < 1:
+            raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence!r}")
+        if self.k_policy not in K_POLICIES:
+            raise ValueError(f"k_policy must be one of {', '.join(K_POLICIES)}, got {self.k_policy!r}")
+        if not isinstance(self.adaptive_k, bool):
+            raise ValueError(f"adaptive_k must be true or false, got {self.adaptive_k!r}")
+        if self.adaptive_k and self.k_policy == "cost":
+            raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        from specdec.kernels.variants import parse_variant  # raises naming draft_variant and the allowed names
+
+        parse_variant(self.draft_variant)
+        from specdec.kernels.target_kernels import parse_kernel  # raises naming target_kernel and the allowed names
+
+        parse_kernel(self.target_kernel)
+        return self
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value, low: int, high: int | None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+    if not ok:
+        allowed = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PairPreset:
+    name: str
+    target_id: str  # Hub id of the target model
+    draft_id: str  # Hub id of the draft model
+    description: str
+    bundle: str | None = None  # name of the offline bundle that provides this pair, if any
+    needs_gpu: bool = False  # too slow to be useful on a CPU
+    licence: str = ""
+    chat: bool = True  # instruction-tuned: wrap prompts in the chat template by default
+    params_b: float = 0.0  # billions of parameters of target + draft as loaded: sizes the memory check
+
+
+PRESETS: dict[str, PairPreset] = {
+    p.name: p
+    for p in [
+        PairPreset(
+            name="qwen2.5-coder-1.5b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 1.5B checked by a 0.5B draft; runs on a laptop CPU",
+            bundle="qwen2.5-coder-gguf",
+            licence="Apache-2.0",
+            params_b=2.4,  # the converted bundle stores the output embeddings apart: 1.78 B + 0.63 B
+        ),
+        PairPreset(
+            name="qwen2.5-coder-7b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-7B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU",
+            needs_gpu=True,
+            licence="Apache-2.0",
+            params_b=8.1,  # 7.62 B + 0.49 B
+        ),
+        PairPreset(
+            name="smollm2-1.7b/135m",
+            target_id="HuggingFaceTB/SmolLM2-1.7B-Instruct",
+            draft_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+            description="SmolLM2 1.7B checked by a 135M draft",
+            licence="Apache-2.0",
+            params_b=1.85,  # 1.71 B + 0.135 B
+        ),
+        PairPreset(
+            name="tiny-random",
+            target_id="(built in code)",
+            draft_id="(built in code)",
+            description="tiny random models built in code, for tests and offline checks (output is gibberish)",
+            licence="(none: generated)",
+            chat=False,
+        ),
+    ]
+}
+DEFAULT_PAIR = "qwen2.5-coder-1.5b/0.5b"
+
+
+def get_preset(name: str) -> PairPreset:
+    if name not in PRESETS:
+        raise ValueError(f"pair must be one of {', '.join(PRESETS)}, got {name!r}")
+    return PRESETS[name]

@@ -1,0 +1,227 @@
+"""What one speculative step decided and why: the step panel's data.
+
+A normal run records none of this. `DetailedDecoding` is the same loop (it only overrides the
+engine's `verify` hook to look on), and it records, per step: the top tokens of the target's
+distribution p and the draft's q at every scored position, the target's top-2 logit margin there,
+the uniform draws u of the sampling rule, and at the position where the target added its own
+token, p, q and the residual normalise(max(0, p - q)) over the tokens that matter. It changes
+nothing about the step: the draws u are replayed on a copy of the generator's state, so the run
+yields exactly the events of an unrecorded run with the same seed.
+
+`explain(event, detail)` turns an event (and its detail, when recorded) into verdicts per drafted
+token; without a detail it explains what the event alone says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.core.acceptance import one_hot, residual
+from specdec.core.decoding import Decoding, generate
+from specdec.core.events import EOS_ACCEPTED, StepEvent
+
+TOP_N = 8  # tokens kept per distribution: enough to see where the mass is
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str  # the token decoded on its own (may show a replacement character for a partial byte)
+    prob: float
+
+
+@dataclass(frozen=True)
+class Position:
+    """One of the K+1 positions the target's pass scored (position i follows draft token i-1)."""
+
+    target_top: tuple[Token, ...]  # the TOP_N most likely tokens under p, best first
+    draft_top: tuple[Token, ...] | None  # the same under q; None where nothing was drafted or q is one-hot (prompt lookup)
+    margin: float  # the target's top-1 minus top-2 logit: how clear its choice was
+
+    @property
+    def choice(self) -> Token:
+        """The target's most likely token here (the greedy rule keeps a draft only if it equals this)."""
+        return self.target_top[0]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A token at the decisive position, under the three distributions."""
+
+    id: int
+    text: str
+    p: float  # target
+    q: float  # draft (0 where nothing was drafted at this position)
+    residual: float | None  # normalise(max(0, p - q)); None under the greedy rule (it takes the argmax of p)
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    step: int
+    greedy: bool
+    positions: tuple[Position, ...]  # (K+1,)
+    u: tuple[float, ...] | None  # (K,) the sampling rule's uniform draws; None when greedy
+    at: int  # position where the target drew its own token (= drafts kept by the rule)
+    candidates: tuple[Candidate, ...]  # at `at`: the top tokens of p, q and the residual, the draft token and the drawn one
+    drawn: int  # the token the target added (correction or bonus)
+
+
+class DetailedDecoding(Decoding):
+    """A Decoding that records a StepDetail per step in `self.details` (index = step)."""
+
+    def __init__(self, *args, top_n: int = TOP_N, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.top_n = top_n
+        self.details: list[StepDetail] = []
+        self._pending = None  # the last verify's tensors, recorded once its event is out
+
+    def verify(self, draft, logits, probs):
+        # The sampling rule draws u first, from the run's generator: copy its state to replay them.
+        # Everything else waits until the step's event is out, so the step's timing is a normal one.
+        state = None if self.config.greedy else self.generator.get_state()
+        n_accepted, next_token = super().verify(draft, logits, probs)
+        self._pending = (draft, logits, probs, n_accepted, next_token, state)
+        return n_accepted, next_token
+
+    def __iter__(self):
+        # The engine does not count the time between its events, so recording here costs the
+        # run's timing nothing.
+        for event in super().__iter__():
+            self._record_pending()
+            yield event
+
+    def _record_pending(self) -> None:
+        draft, logits, probs, n_accepted, next_token, state = self._pending
+        self._pending = None
+        u = None if state is None else replay_uniforms(state, draft.ids.shape[0], probs.device)
+        self.details.append(record_step(
+            len(self.details), draft.ids, draft.q, logits, probs, int(n_accepted), int(next_token), u,
+            greedy=self.config.greedy, top_n=self.top_n, decode=lambda i: self.pair.tokenizer.decode([i]),
+        ))
+
+
+def generate_detailed(pair, prompt: str, config, **kwargs) -> DetailedDecoding:
+    """engine.generate, recording a StepDetail per step in the result's `details`."""
+    return generate(pair, prompt, config, decoding=DetailedDecoding, **kwargs)
+
+
+def replay_uniforms(state: torch.Tensor, k: int, device) -> list[float]:
+    """The K uniform draws speculative_sample makes first, replayed from a copy of the generator's
+    state taken just before it ran (the run's own generator is not touched)."""
+    replay = torch.Generator(device=device)
+    replay.set_state(state)
+    return torch.rand(k, generator=replay, device=device).tolist()
+
+
+def record_step(step, draft_ids, q, logits, probs, at, drawn, u, *, greedy, top_n=TOP_N, decode=str) -> StepDetail:
+    """What a step decided from: draft_ids (K,), q (K, V) or None (prompt lookup), logits and
+    probs (K+1, V) of the target, the rule's result (at = drafts kept, drawn = the target's token)
+    and its draws u (K,) or None. decode: token id -> text."""
+    n = min(top_n, probs.shape[-1])
+    k = draft_ids.shape[0]
+    p_top = probs.topk(n, dim=-1)  # values, indices: (K+1, n)
+    q_top = q.topk(n, dim=-1) if q is not None else None  # (K, n)
+    top2 = logits.float().topk(min(2, logits.shape[-1]), dim=-1).values  # (K+1, 2)
+    margins = (top2[:, 0] - top2[:, -1]).tolist()
+
+    def tokens(values, ids) -> tuple[Token, ...]:
+        return tuple(Token(i, decode(i), v) for v, i in zip(values.tolist(), ids.tolist()))
+
+    positions = tuple(
+        Position(
+            target_top=tokens(p_top.values[i], p_top.indices[i]),
+            draft_top=tokens(q_top.values[i], q_top.indices[i]) if q_top is not None and i < k else None,
+            margin=margins[i],
+        )
+        for i in range(k + 1)
+    )
+    # The decisive position: p, q and (sampling) the residual the target drew from, computed by
+    # the same function speculative_sample uses.
+    q_all = q if q is not None else one_hot(draft_ids, probs.shape[-1], probs)  # (K, V)
+    q_at = q_all[at] if at < k else torch.zeros_like(probs[at])  # (V,): nothing drafted after the last draft
+    r_at = None if greedy else residual(probs[at], q_at)  # (V,)
+    ids = set(p_top.indices[at].tolist()) | {drawn}
+    if at < k:
+        ids |= set(q_at.topk(n).indices.tolist()) | {int(draft_ids[at])}
+    if r_at is not None:
+        ids |= set(r_at.topk(n).indices.tolist())
+    ids = sorted(ids)
+    index = torch.tensor(ids, device=probs.device)
+    p_vals, q_vals = probs[at, index].tolist(), q_at[index].tolist()
+    r_vals = r_at[index].tolist() if r_at is not None else [None] * len(ids)
+    candidates = sorted(
+        (Candidate(i, decode(i), p, qv, r) for i, p, qv, r in zip(ids, p_vals, q_vals, r_vals)),
+        key=lambda c: -max(c.p, c.q, c.residual or 0.0),
+    )
+    return StepDetail(step, greedy, positions, None if u is None else tuple(u), at, tuple(candidates), drawn)
+
+
+# --- explanation ----------------------------------------------------------------------------------
+
+ACCEPTED, REJECTED, DISCARDED = "accepted", "rejected", "discarded"
+
+
+@dataclass(frozen=True)
+class DraftVerdict:
+    """One drafted token: the numbers that decided it and the verdict."""
+
+    index: int
+    id: int  # the drafted token id
+    text: str
+    p_draft: float | None  # None: the engine does not report it
+    p_target: float | None
+    accept_prob: float | None  # min(1, p_target / p_draft): the chance the sampling rule keeps it
+    verdict: str  # accepted, rejected (the first one the target turned down), discarded (drafted after that one)
+    target_choice: str | None  # greedy: the target's top token here (known for every checked position)
+    margin: float | None  # greedy: the target's top-1 minus top-2 logit here
+    u: float | None  # sampling: the uniform draw compared with accept_prob (recorded only with a detail)
+
+
+@dataclass(frozen=True)
+class StepExplanation:
+    step: int
+    greedy: bool
+    drafter: str  # "model", "lookup" or "" (nothing drafted)
+    rows: tuple[DraftVerdict, ...]
+    kind: str  # kind of the step's last token (correction, bonus, plain, eos)
+    token_text: str | None  # the target's own token (None for an "eos" step, which has none)
+    token_margin: float | None
+    detail: StepDetail | None  # None: the run was not recorded (Generate); distributions and u are unknown
+    engine: str = "specdec"  # who produced the step (StepEvent.engine)
+    unseen_rejected: int = 0  # rejected drafts the engine counted but did not name (no row of their own)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.verdict == ACCEPTED for r in self.rows)
+
+
+def explain(event: StepEvent, detail: StepDetail | None = None) -> StepExplanation:
+    if detail is not None and detail.step != event.step:
+        raise ValueError(f"detail of step {detail.step} given for step {event.step}")
+    n = event.accepted
+    rows = []
+    for i, token in enumerate(event.drafted):
+        verdict = ACCEPTED if i < n else REJECTED if i == n else DISCARDED
+        choice = margin = u = None
+        if event.greedy and i <= n:
+            # The target's choice where it checked: the draft itself while they agree, else its correction.
+            margin = event.margins[i] if event.margins is not None and i < len(event.margins) else None
+            if detail is not None:
+                choice, margin = detail.positions[i].choice.text, detail.positions[i].margin
+            else:
+                choice = event.drafted_text[i] if i < n else event.emitted_text[-1]
+        if detail is not None and detail.u is not None:
+            u = detail.u[i]
+        known = event.p_target is not None and event.p_draft is not None
+        rows.append(DraftVerdict(i, token, event.drafted_text[i], event.p_draft[i] if known else None,
+                                 event.p_target[i] if known else None, event.accept_probs[i] if known else None,
+                                 verdict, choice, margin, u))
+    has_token = event.kind != EOS_ACCEPTED
+    return StepExplanation(
+        step=event.step, greedy=event.greedy, drafter=event.drafter, rows=tuple(rows), kind=event.kind,
+        token_text=event.emitted_text[-1] if has_token else None,
+        token_margin=event.margins[-1] if has_token and event.margins is not None else None, detail=detail,
+        engine=event.engine, unseen_rejected=event.unseen_rejected,
+    )

@@ -1,0 +1,183 @@
+"""How many tokens to draft each step: K, where 0 means draft nothing (a plain decoding step).
+
+Three policies, one per `GenerationConfig.k_policy`:
+
+- fixed: K every step.
+- adaptive: +2 after a fully accepted draft, -1 otherwise, within 1..k_max.
+- cost: the K in 0..k_max that maximises the predicted tokens per second,
+
+      rate(K) = E(alpha, K) / (K * draft_s + target_s(K + 1)),   E = (1 - alpha^(K+1)) / (1 - alpha)
+
+  (Leviathan et al. 2023's expected tokens per pass, specdec.core.theory), with rate(0) = 1 / target_s(1),
+  the plain decoding step of the same target. draft_s and target_s come from a cost table measured
+  before the run (specdec.measure.cost_table); alpha from the acceptance counted so far (AcceptanceEstimate).
+  Since K = 0 is always a candidate, every step the policy chooses on its own is predicted to be at
+  least as fast as plain decoding of the same target: "never slower than plain" holds by
+  construction in this model. The exceptions are the probes (below), whose cost is bounded.
+
+Every policy decides from counts (drafted, accepted) and numbers fixed before the run, never from
+the clock of the step, so a seeded run gives the same tokens however long its steps happen to take.
+Pure: no torch, no timing; the engine asks `choose` before a step and reports with `update` after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from specdec.core.theory import expected_tokens_per_pass
+
+POLICIES = ("fixed", "adaptive", "cost")
+
+
+@dataclass(frozen=True)
+class Choice:
+    k: int  # draft length asked for this step (0: draft nothing)
+    predicted_tok_s: float | None = None  # tokens/s the cost model predicts at this K (None: the policy has no cost table)
+    paused: bool = False  # K = 0 because drafting would not pay at the measured costs (cost policy only)
+    probe: bool = False  # K = 1 only to learn whether drafting pays again (cost policy only)
+
+
+class Costs(Protocol):
+    """What the cost policy reads of a cost table (specdec.measure.passcost.PassCosts has it)."""
+
+    draft_s: float | None  # seconds of one one-token draft-model pass
+
+    def target_pass_s(self, n: float) -> float: ...  # seconds of one target pass over n tokens
+
+
+class FixedK:
+    def __init__(self, k: int):
+        self.k = k
+
+    def choose(self, source: str = "model") -> Choice:
+        return Choice(self.k)
+
+    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
+        pass
+
+
+class AdaptiveK:
+    """+2 after a fully accepted draft, -1 otherwise (transformers' "heuristic" schedule)."""
+
+    def __init__(self, k: int, k_max: int):
+        self.k, self.k_max = k, max(k, k_max)
+
+    def choose(self, source: str = "model") -> Choice:
+        return Choice(self.k)
+
+    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
+        if drafted:
+            self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
+
+
+class AcceptanceEstimate:
+    """Per-token acceptance alpha: the mean of a Beta distribution over discounted counts.
+
+    Evidence is counted as specdec.measure.metrics.estimate_alpha counts it: each accepted draft token is
+    a success, a step that turned a draft token down one failure (a step ends at its first
+    rejection, so the drafts after it say nothing).
+
+    The prior, Beta(4, 1): mean 0.8, the weight of five tokens. 0.8 is about the per-token
+    acceptance of the draft model on the bench prompts (0.71 to 1.00 per prompt,
+    docs/benchmarks.md), so a run starts by drafting wherever drafting pays at typical acceptance;
+    five tokens are about one step's drafts, so the run's own evidence outweighs it after a step
+    or two. All counts, the prior's included, fade by DECAY per step that drafted: the estimate
+    follows the text as it changes (code, then prose) instead of averaging the whole run, and it
+    can fall as low as the drafts deserve (a prior that never faded would hold it above
+    4 / (5 + 10) = 0.27 against 10 discounted failures, where drafting still seems to pay).
+    """
+
+    PRIOR = (4.0, 1.0)  # (successes, failures) assumed before any evidence
+    DECAY = 0.9  # weight of the counts so far after each step that drafted: about the last 10 steps count
+
+    def __init__(self):
+        self.accepted, self.rejections = self.PRIOR  # discounted successes and failures, the prior's included
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejections)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not drafted:
+            return  # nothing was checked: no evidence
+        self.accepted = self.accepted * self.DECAY + accepted
+        self.rejections = self.rejections * self.DECAY + (1.0 if accepted < drafted else 0.0)
+
+
+def predicted_rate(k: int, alpha: float, draft_s: float, costs: Costs) -> float:
+    """Predicted tokens per second of a step that drafts k tokens (k = 0: a plain decode step)."""
+    if k == 0:
+        return 1.0 / costs.target_pass_s(1)
+    return expected_tokens_per_pass(alpha, k) / (k * draft_s + costs.target_pass_s(k + 1))
+
+
+def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int) -> Choice:
+    """The K in 0..k_max with the highest predicted rate (the smaller K on a tie: drafting must pay)."""
+    rates = [predicted_rate(k, alpha, draft_s, costs) for k in range(k_max + 1)]
+    k = max(range(k_max + 1), key=lambda i: (rates[i], -i))
+    return Choice(k, rates[k], paused=k == 0)
+
+
+class CostK:
+    """K from the cost table and the acceptance so far (module docstring).
+
+    Probes: a K = 0 step drafts nothing, so it teaches the estimate nothing, and a run that stopped
+    drafting after a few bad steps would never find out that the text turned easy. So after
+    PROBE_AFTER plain steps in a row the next step drafts one token (K = 1: the cheapest step
+    that checks a draft). The wait doubles after each probe that does not bring drafting back (up to
+    PROBE_MAX), so on text where drafting never pays the probes cost at most one K = 1 step in
+    PROBE_AFTER, and ever fewer. A fixed schedule of step counts, not a random draw or a timer, keeps
+    seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
+    slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
+
+    `source` ("model" or "lookup"): who will draft this step. Prompt lookup costs no draft pass
+    (draft_s 0) and has its own acceptance, so each source keeps its own estimate.
+    """
+
+    PROBE_AFTER = 8  # plain steps in a row before a probe
+    PROBE_MAX = 64  # the longest wait between probes
+
+    def __init__(self, costs: Costs, k_max: int):
+        self.costs, self.k_max = costs, k_max
+        self.estimates = {"model": AcceptanceEstimate(), "lookup": AcceptanceEstimate()}
+        self.plain_run = 0  # K = 0 steps in a row
+        self.wait = self.PROBE_AFTER  # plain steps before the next probe
+
+    def draft_s(self, source: str) -> float:
+        if source == "lookup":
+            return 0.0
+        if self.costs.draft_s is None:
+            raise ValueError("the cost policy needs the draft model's pass cost, and the cost table has none (no draft model)")
+        return float(self.costs.draft_s)
+
+    def choose(self, source: str = "model") -> Choice:
+        best = best_choice(self.estimates[source].alpha, self.draft_s(source), self.costs, self.k_max)
+        if best.k == 0 and self.plain_run >= self.wait:
+            rate = predicted_rate(1, self.estimates[source].alpha, self.draft_s(source), self.costs)
+            return Choice(1, rate, probe=True)
+        return best
+
+    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
+        self.estimates[source].update(drafted, accepted)
+        if choice.probe:
+            self.plain_run, self.wait = 0, min(2 * self.wait, self.PROBE_MAX)
+        elif choice.k == 0:
+            self.plain_run += 1
+        else:
+            self.plain_run, self.wait = 0, self.PROBE_AFTER
+
+
+def make_policy(name: str, k: int, k_max: int, costs: Costs | None = None):
+    """The policy of `GenerationConfig.k_policy`; the cost policy needs the cost table, and drafts
+    at most one token less than its largest measured pass (no K is chosen from an extrapolation)."""
+    if name == "fixed":
+        return FixedK(k)
+    if name == "adaptive":
+        return AdaptiveK(k, k_max)
+    if name == "cost":
+        if costs is None:
+            raise ValueError("k_policy 'cost' needs a cost table (specdec.measure.cost_table.costs_for)")
+        largest = max(getattr(costs, "sizes", (k_max + 1,)))
+        return CostK(costs, max(1, min(k_max, largest - 1)))
+    raise ValueError(f"k_policy must be one of {', '.join(POLICIES)}, got {name!r}")

@@ -1,0 +1,1 @@
+"""How weights are stored and multiplied: draft variants, target kernels, the keyed store."""

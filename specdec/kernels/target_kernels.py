@@ -1,0 +1,232 @@
+"""Target kernels: which weights and matrix kernels run the target, named like draft variants.
+
+The target decides the output, so a kernel here is a different model only where its weights differ;
+speculative and plain decoding on one kernel emit the same tokens (up to reported ties), as ever.
+
+- `bf16`: the dense target as loaded, in the pair's dtype: the GGUF's weights dequantized and
+  stored in bf16 by the conversion. The pair's dtype is bf16 where the CPU runs it natively
+  (AVX-512 BF16, AMX) and fp32 otherwise (an AVX2-only CPU), so on AVX2 this kernel runs fp32.
+- `int8`: every linear layer, the head and the embedding table weight-only int8 with one scale
+  per row (specdec/kernels/quant.py, torch's `_weight_int8pack_mm`), quantized from the dense target:
+  the same recipe and disk cache as the int8 target lane of specdec/kernels/variants.py.
+- `q4k`: the GGUF's Q4_K tensors straight into torch's CPU int4 kernel on their own grid
+  (specdec/kernels/q4k.py), nothing re-quantized; the GGUF's Q6_K tensors (the output head, half of
+  `ffn_down` and `attn_v`) dense in the pair's dtype; the token embedding (Q4_K) dequantized row
+  by row on lookup. Pairs without a GGUF (tiny-random, Hub models) get Q4_K bytes written by
+  specdec/q4k.quantize from their dense weights, then the same loading path.
+
+Quantized kernels compute their matrix products with bf16 activations on a CPU (ACTIVATION):
+torch's int8 and int4 CPU kernels are much slower with fp32 activations, on AVX2 as on AVX-512 BF16
+(measured, docs/benchmarks.md "Target kernels"). The rest of the model keeps the pair's dtype.
+
+Built kernels are kept per pair (`pair.variants["kernel:<name>"]`) and stored once beside the
+converted target (`<target folder>.<kernel>/`), keyed on what they were built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+KERNELS = ("bf16", "int8", "q4k")
+FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
+
+# Activation dtype of the quantized kernels by kind of machine (variants.machine_kind), measured
+# per machine (docs/benchmarks.md, "Target kernels"); a machine not listed takes bf16 on a CPU.
+ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
+
+
+def parse_kernel(name) -> str:
+    """The name, or ValueError naming the field and the allowed names."""
+    if not isinstance(name, str) or name not in KERNELS:
+        raise ValueError(f"target_kernel must be one of {', '.join(KERNELS)}, got {name!r}")
+    return name
+
+
+def kernel_target(pair, name: str) -> nn.Module:
+    """The target of `pair` as run by kernel `name`: the pair's own, kept from before, loaded from
+    the disk cache, or built (and stored)."""
+    parse_kernel(name)
+    if name == "bf16":
+        return pair.target
+    key = f"kernel:{name}"
+    if key not in pair.variants:
+        model = _build_int8(pair) if name == "int8" else _build_q4k(pair)
+        model.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
+        pair.variants[key] = model
+    return pair.variants[key]
+
+
+def release(pair, keep: str | None = None) -> None:
+    """Drop every built kernel model but `keep` from the pair (the bench keeps one at a time)."""
+    for key in [k for k in pair.variants if k.startswith("kernel:") and k != f"kernel:{keep}"]:
+        del pair.variants[key]
+
+
+def activation_dtype(pair) -> torch.dtype:
+    from specdec.kernels.variants import machine_kind
+
+    if pair.device.type != "cpu":
+        return pair.dtype
+    return ACTIVATION.get(machine_kind(pair.device), torch.bfloat16)
+
+
+def _build_int8(pair) -> nn.Module:
+    from specdec.kernels.variants import _quantized, parse_variant
+
+    return _quantized(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
+
+
+# --- q4k ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Q4KRecipe:
+    """What a stored q4k kernel was built from: a different value rebuilds it."""
+
+    source: str  # sha256 of the GGUF, or "dense" (specdec/q4k.quantize of the converted weights)
+    format: int  # FORMAT
+    torch: str  # torch version (the stored tensors are torch's)
+    gguf: str  # gguf package version (it reads the file and dequantizes the Q6_K tensors)
+    quantizer: str  # how Q4_K bytes were obtained: "gguf" (as stored) or "q4k.quantize"
+
+
+def target_gguf(pair) -> Path | None:
+    """The GGUF the pair's target was converted from (the embedded bundle), or None."""
+    if pair.source != "embedded bundle" or pair.target_dir is None:
+        return None
+    from specdec.models.bundle import gguf_files
+
+    return gguf_files()[0]
+
+
+def _build_q4k(pair) -> nn.Module:
+    path = target_gguf(pair)
+    if path is None:  # no GGUF: Q4_K bytes from the dense weights, in memory
+        layout, tensors = dense_q4k_state(pair.target)
+        return assemble_q4k(pair.target.config, layout, tensors, pair.dtype, activation_dtype(pair), pair.device)
+    recipe = _recipe(path)
+    layout, tensors = _stored(pair.target_dir, recipe, lambda: gguf_q4k_state(path))
+    return assemble_q4k(pair.target.config, layout, tensors, pair.dtype, activation_dtype(pair), pair.device)
+
+
+def _recipe(path: Path) -> Q4KRecipe:
+    import gguf
+
+    from specdec.models.bundle import BUNDLE_NAME, _models
+
+    try:
+        from importlib.metadata import version
+
+        gguf_version = version("gguf")
+    except Exception:  # noqa: BLE001 - a version we cannot read is simply part of the key
+        gguf_version = getattr(gguf, "__version__", "unknown")
+    return Q4KRecipe(_models(BUNDLE_NAME)[0].sha256, FORMAT, torch.__version__, gguf_version, "gguf")
+
+
+# The disk cache: the one place that calls specdec/variant_store's cache functions for kernels.
+def _stored(target_dir: Path, recipe: Q4KRecipe, build) -> tuple[dict, dict]:
+    """(layout, tensors) from `<target folder>.q4k/` when complete (every file whole) and built from
+    `recipe` and the converted copy as it is now; else built and stored (specdec.kernels.variant_store keys it)."""
+    import json
+    from dataclasses import asdict
+
+    from safetensors.torch import load_file
+
+    from specdec.kernels.variant_store import built_from, is_complete, save_variant, variant_folder
+
+    folder = variant_folder(target_dir, "q4k")
+    mark = built_from(target_dir, recipe=asdict(recipe))
+    if is_complete(folder, mark):
+        layout = json.loads((folder / "layout.json").read_text())["layout"]
+        return layout, load_file(folder / "variant.safetensors")
+    layout, tensors = build()
+    save_variant(folder, mark, "q4k", layout, tensors)
+    return layout, tensors
+
+
+# GGUF tensor names -> transformers' Qwen2 names (transformers' own GGUF loader maps them so; llama.cpp
+# permutes q/k rows only for llama-family architectures, not qwen2: checked against the converted copy).
+_GGUF_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_GGUF_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def hf_name(gguf_name: str) -> str:
+    """`blk.0.attn_q.weight` -> `model.layers.0.self_attn.q_proj.weight`."""
+    base, _, leaf = gguf_name.rpartition(".")
+    if base.startswith("blk."):
+        _, layer, part = base.split(".", 2)
+        return f"model.layers.{layer}.{_GGUF_NAMES[part]}.{leaf}"
+    return f"{_GGUF_TOP[base]}.{leaf}"
+
+
+def gguf_q4k_state(path: Path) -> tuple[dict, dict]:
+    """Read the GGUF: Q4_K tensors as their raw blocks (`<module>.blocks`, (rows, n*144) uint8),
+    every other tensor dequantized to float32 by the gguf package, under transformers' names."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(path))
+    layout, tensors = {}, {}
+    for t in reader.tensors:
+        name = hf_name(t.name)
+        if t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
+            module = name.rsplit(".", 1)[0]
+            kind = "q4k_embedding" if module == "model.embed_tokens" else "q4k_linear"
+            layout[module] = {"kind": kind, "cols": int(t.shape[0])}  # gguf lists the row width first
+            tensors[f"{module}.blocks"] = torch.from_numpy(np.array(t.data))
+        else:
+            tensors[name] = torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+    return layout, tensors
+
+
+def dense_q4k_state(model: nn.Module) -> tuple[dict, dict]:
+    """Q4_K bytes (specdec/q4k.quantize) for every linear layer the int4 kernel takes and for the
+    embedding table; everything else as it is. Tied head and embedding are quantized apart."""
+    from specdec.kernels import q4k
+
+    embedding = model.get_input_embeddings()
+    layout, tensors = {}, {}
+    for name, module in model.named_modules():
+        if module is embedding:
+            layout[name] = {"kind": "q4k_embedding", "cols": module.weight.shape[1]}
+            tensors[f"{name}.blocks"] = q4k.quantize(module.weight)
+        elif isinstance(module, nn.Linear) and q4k.kernel_fits(*module.weight.shape):
+            layout[name] = {"kind": "q4k_linear", "cols": module.weight.shape[1]}
+            tensors[f"{name}.blocks"] = q4k.quantize(module.weight)
+            if module.bias is not None:
+                tensors[f"{name}.bias"] = module.bias.detach()
+    for key, value in model.state_dict().items():
+        if key.rsplit(".", 1)[0] not in layout:
+            tensors.setdefault(key, value)
+    return layout, tensors
+
+
+def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, compute: torch.dtype, device: torch.device) -> nn.Module:
+    """The model from its stored form without a dense copy of the Q4_K weights: a skeleton on the
+    meta device, Q4_K modules built from their blocks, everything else assigned in `dtype`."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.kernels.q4k import Q4KEmbedding, Q4KLinear
+    from specdec.kernels.variant_store import fill_the_rest
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if "lm_head.weight" in tensors or "lm_head" in layout:  # the GGUF stores its own head: untie it
+        model.config.tie_word_embeddings = False
+        model.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="meta")
+    for name, entry in layout.items():
+        blocks, cols = tensors[f"{name}.blocks"], entry["cols"]
+        if entry["kind"] == "q4k_embedding":
+            module = Q4KEmbedding(blocks, cols, dtype, device)
+        else:
+            module = Q4KLinear(blocks, cols, tensors.get(f"{name}.bias"), dtype, compute, device)
+        model.set_submodule(name, module)
+    return fill_the_rest(model, layout, tensors, dtype, device, "q4k target kernel")

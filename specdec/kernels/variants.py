@@ -1,0 +1,173 @@
+"""Draft variants: the draft made cheaper for its target, never changing the output.
+
+The target checks every draft token, so the draft may be as approximate as we like: a cheaper
+draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`:
+
+- weights `bf16`: the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
+  quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what);
+- `-v16k` / `-v32k`: a truncated vocabulary head that scores only the 16384 / 32768 most frequent
+  tokens (specdec/models/vocab_subset.py) and fills every other logit with -inf, so argmax, softmax and
+  rejection sampling downstream see an ordinary full-width row: q is a distribution over the
+  subset by construction.
+
+Quantized variants are built once from the draft and cached on disk beside its converted copy
+(`<draft folder>.<variant>/`, written to a `.partial` folder and renamed when complete, like
+specdec/models/bundle.py), so a restart loads them in about a second without building anything, and
+without touching the bf16 weights. A pair keeps every variant it has built (`pair.variants`), so
+switching between runs costs nothing after the first use. Pairs without a converted folder
+(tiny-random, Hub models) build variants in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specdec.kernels.quant import INT4_GROUP, module_bytes
+from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
+                            variant_mark)
+from specdec.models.vocab_subset import frequency_order, subset_ids
+
+WEIGHTS = {"bf16": None, "int8": 8, "int4": 4}  # name -> bits of the decoder layers (None: as loaded)
+HEADS = {"": None, "-v16k": 16384, "-v32k": 32768}  # suffix -> tokens the draft head scores (None: all)
+VARIANTS = tuple(w + h for w in WEIGHTS for h in HEADS)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bits per part of the draft (a part kept in float has None)."""
+
+    layers: int  # every linear layer of the decoder blocks
+    head: int  # the output projection (kept wider than the layers: it decides the proposal)
+    embedding: int  # the input embedding table (one row read per token, but resident in memory)
+    group: int = INT4_GROUP  # input columns per int4 scale
+    wider: tuple[str, ...] = ()  # layer names (suffixes) kept at int8 in an int4 recipe: the most sensitive ones
+
+    def layer_bits(self, name: str) -> int:
+        return 8 if any(name.endswith(w) for w in self.wider) else self.layers
+
+
+# Chosen by measurement (docs/benchmarks.md, "Draft variants"): per-token agreement with the
+# target's own output, pass time and resident memory.
+RECIPES = {8: Recipe(layers=8, head=8, embedding=8), 4: Recipe(layers=4, head=8, embedding=4)}
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str
+    bits: int | None  # decoder-layer bits; None: the draft's own weights
+    vocab: int | None  # tokens the head scores; None: the whole vocabulary
+
+    @property
+    def is_stock(self) -> bool:
+        return self.bits is None and self.vocab is None
+
+    @property
+    def recipe(self) -> Recipe | None:
+        return RECIPES[self.bits] if self.bits else None
+
+
+def parse_variant(name) -> VariantSpec:
+    """`int4-v32k` -> VariantSpec(bits=4, vocab=32768); ValueError naming the field otherwise."""
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise ValueError(f"draft_variant must be one of {', '.join(VARIANTS)}, got {name!r}")
+    weights, _, head = name.partition("-")
+    return VariantSpec(name, WEIGHTS[weights], HEADS["-" + head if head else ""])
+
+
+# --- getting a variant ----------------------------------------------------------------------------
+
+
+def draft_model(pair, name: str) -> nn.Module:
+    """The draft of `pair` as variant `name`: built, loaded from the disk cache, or kept from before."""
+    spec = parse_variant(name)
+    if spec.is_stock:
+        return pair.draft
+    if pair.draft is None and name not in pair.variants:
+        raise ValueError(f"draft_variant {name!r} needs a draft model, and pair {pair.name!r} has none")
+    if name not in pair.variants:
+        pair.variants[name] = load_or_build(pair, spec)
+    return pair.variants[name]
+
+
+def target_model(pair, name: str = "int4") -> nn.Module:
+    """The target quantized with the same code and recipe (`int4` or `int8`): the lossy lane,
+    plain decoding that is faster than the exact target and emits different text. Cached on disk
+    beside the target's converted copy when there is one, like the draft variants."""
+    spec = parse_variant(name)
+    if spec.bits is None or spec.vocab is not None:
+        raise ValueError(f"a quantized target is int8 or int4, got {name!r}")
+    key = f"target:{name}"
+    if key not in pair.variants:
+        pair.variants[key] = _quantized(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
+    return pair.variants[key]
+
+
+def compute_dtype(pair, spec: VariantSpec) -> torch.dtype:
+    """Quantized variants compute in bf16 on a CPU whatever the pair's dtype: torch's weight-only
+    kernels have their fast path there (one row through a 4864 x 896 int4 layer: 0.14 ms with
+    bf16 activations, 4.0 ms with fp32, AVX-512 BF16 machine)."""
+    if spec.bits and pair.device.type == "cpu":
+        return torch.bfloat16
+    return pair.dtype
+
+
+def load_or_build(pair, spec: VariantSpec) -> nn.Module:
+    ids = head_ids(pair, spec) if spec.vocab else None
+    if spec.bits is None:  # a truncated head on the draft's own weights: instant, nothing to cache
+        return assemble(pair.draft.config, *stock_state(pair.draft, ids), pair.dtype, pair.device)
+    return _quantized(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
+
+
+def _quantized(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
+    """From the disk cache beside `base_dir` when it was built from the same inputs and its files are
+    whole (specdec.kernels.variant_store); else quantize `base` and cache it."""
+    from safetensors import SafetensorError
+
+    folder = variant_folder(base_dir, spec.name) if base_dir else None
+    mark = variant_mark(base_dir, spec.recipe, ids) if folder is not None else None
+    if folder is not None and is_complete(folder, mark):
+        try:
+            return load_folder(folder, base_dir, dtype, device)
+        except (OSError, ValueError, KeyError, SafetensorError):  # checked whole, yet unreadable: build it again
+            pass
+    layout, tensors = quantized_state(base, spec.recipe, ids)
+    if folder is not None:
+        save_variant(folder, mark, spec.name, layout, tensors)
+    return assemble(base.config, layout, tensors, dtype, device)
+
+
+def head_ids(pair, spec: VariantSpec) -> torch.Tensor:
+    """(N,) the tokens the head keeps: end-of-sequence and special tokens, then the most frequent."""
+    order = pair.token_order if pair.token_order is not None else frequency_order(pair.tokenizer)
+    always = [*sorted(pair.eos_ids), *getattr(pair.tokenizer, "all_special_ids", [])]
+    return subset_ids(order, spec.vocab, always, pair.draft.get_output_embeddings().weight.shape[0])
+
+
+def resident_gb(model: nn.Module | None) -> float | None:
+    return None if model is None else module_bytes(model) / 1e9
+
+
+# --- the measured default -------------------------------------------------------------------------
+
+# The recorded decision (docs/benchmarks.md, "The default draft variant"): the variant that won the
+# bench prompt set, per pair and kind of machine it was measured on. Anything not measured keeps
+# the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
+# lose most of their agreement in int4).
+MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
+
+
+def machine_kind(device: torch.device) -> str:
+    """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu."""
+    from specdec.core.cached_model import NATIVE_BF16
+
+    if device.type != "cpu":
+        return device.type
+    return "cpu-avx512_bf16" if NATIVE_BF16 else "cpu"
+
+
+def default_variant(pair_name: str, device: torch.device) -> str:
+    return MEASURED_DEFAULTS.get((pair_name, machine_kind(device)), "bf16")

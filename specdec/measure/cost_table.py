@@ -1,0 +1,151 @@
+"""The cost table: what one target pass over 1, 2, 3, 4, 6, 8, 12, 16 tokens and one one-token
+draft pass cost on this machine, for one (pair, target kernel, draft variant, dtype). The cost
+K policy (specdec.core.k_policy) chooses K from it.
+
+Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and
+cached as JSON under `<cache root>/costs/<machine>/`, where <machine> names what decides the
+figures: the CPU model and the flags that change the kernels (AVX2, AVX-512, AVX-512 BF16, AMX),
+or the GPU, the torch version and the thread count. `measure(..., refresh=True)` measures again.
+Measuring the embedded pair costs about a minute on a 2-core AVX2 CPU (fp32 target, about 0.3 s
+per one-token pass); tiny-random, a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.models.bundle import cache_root
+from specdec.measure.passcost import PassCosts, measure_models, passes_to_time
+
+FORMAT = "specdec-costs"
+VERSION = 1
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
+CONTEXT = 200  # cached positions while timing: a prompt and some output
+REPEATS = 3
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8")  # the flags that change which kernels run
+
+_tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file
+
+
+def machine(device: torch.device) -> dict:
+    """What decides the figures of a cost table."""
+    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": device.type}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        return info
+    cpu, flags = "", set()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not cpu:
+                    cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    cpu = cpu or platform.processor() or platform.machine()
+    info["cpu"] = cpu
+    info["cpu_flags"] = [f for f in CPU_FLAGS if f in flags]
+    return info
+
+
+def machine_folder(info: dict) -> str:
+    """A readable folder name for a machine, with a hash of everything in `info`."""
+    name = info.get("gpu") or info.get("cpu", "")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or info["device"]
+    digest = hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{slug}-{digest}"
+
+
+def table_path(pair_name: str, kernel: str, draft_variant: str, dtype: str, device: torch.device) -> Path:
+    pair_slug = re.sub(r"[^A-Za-z0-9.-]+", "_", pair_name)
+    return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.{kernel}.{draft_variant}.{dtype}.json"
+
+
+def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf16", refresh: bool = False,
+            repeats: int = REPEATS, progress: bool = False) -> PassCosts:
+    """The cost table for this pair, target kernel, draft variant and the pair's dtype: from this
+    process, else from the cache on disk, else (or with refresh) measured and written there.
+
+    target: the target module as the kernel runs it, or a callable that returns it (called only
+    when measuring); None: the pair's own target. The draft is the draft variant as run
+    (specdec.kernels.variants). progress: a progress bar on stderr while measuring."""
+    path = table_path(pair.name, kernel, draft_variant, pair.dtype_name, pair.device)
+    if not refresh:
+        if path in _tables:
+            return _tables[path]
+        costs = read(path)
+        if costs is not None:
+            _tables[path] = costs
+            return costs
+    if target is None:
+        module = pair.target
+    elif isinstance(target, torch.nn.Module):
+        module = target
+    else:
+        module = target()
+    draft = None
+    if pair.draft is not None:
+        from specdec.kernels.variants import draft_model
+
+        draft = draft_model(pair, draft_variant)
+    context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]  # any tokens: cost does not depend on which
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=passes_to_time(SIZES, repeats, draft is not None), unit="pass",
+                   desc=f"pass costs of {pair.name} ({kernel} target, {draft_variant} draft)")
+    try:
+        costs = measure_models(module, draft, pair.vocab_size, context, SIZES, repeats, tick=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    write(path, costs, {"pair": pair.name, "target_kernel": kernel, "draft_variant": draft_variant, "dtype": pair.dtype_name},
+          machine(pair.device))
+    _tables[path] = costs
+    return costs
+
+
+def costs_for(pair, config, target=None, progress: bool = False) -> PassCosts:
+    """The cost table a run with these settings needs (its target kernel and draft variant)."""
+    return measure(pair, kernel=getattr(config, "target_kernel", "bf16"), target=target,
+                   draft_variant=config.draft_variant, progress=progress)
+
+
+def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
+    """Write the table atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "format": FORMAT, "version": VERSION, "key": key, "machine": info,
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
+                  "context": costs.context, "repeats": costs.repeats},
+    }
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def read(path: Path) -> PassCosts | None:
+    """A cached table, or None when there is none or it cannot be trusted (then it is measured again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            return None
+        c = data["costs"]
+        sizes, target_s, draft_s = tuple(int(n) for n in c["sizes"]), tuple(float(t) for t in c["target_s"]), c["draft_s"]
+        if len(sizes) != len(target_s) or not sizes or not all(t > 0 for t in target_s):
+            return None
+        if draft_s is not None and not (isinstance(draft_s, (int, float)) and draft_s > 0):
+            return None
+        return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

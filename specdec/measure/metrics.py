@@ -1,0 +1,166 @@
+"""Numbers over a run of StepEvents: acceptance, tokens per pass, speed, pass costs, and the three
+predictions of the speedup (specdec.core.theory has the formulas).
+
+Costs are in decode steps: one plain decoding step of the target (a one-token target pass). The
+best measure of it is the plain run with the same settings; without one, a one-token target pass
+timed on the same cache (specdec.measure.passcost), or the one-token steps of the run itself.
+All times are means over steps, so that the accounting adds up to the run's time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from specdec.core.events import StepEvent
+from specdec.core.theory import expected_pass_counts, expected_tokens_per_pass, predicted_speedup
+
+__all__ = ["RunMetrics", "summarize", "summarize_runs", "estimate_alpha", "expected_tokens_per_pass", "predicted_speedup"]
+
+FROM_PLAIN = "the plain run"
+FROM_ONE_TOKEN_PASS = "a one-token target pass timed after the run"
+FROM_OWN_STEPS = "this run's one-token steps"
+
+
+def estimate_alpha(events: list[StepEvent]) -> float:
+    """Leviathan's per-token acceptance probability: accepted / (accepted + rejections), a
+    rejection being a step that turned a draft token down. It is the maximum-likelihood estimate
+    when each draft token is kept independently with probability alpha (a step ends at its first
+    rejection, or after K acceptances with no rejection seen). accepted / drafted is not: the
+    drafts after a rejection are never checked, yet count as not accepted."""
+    accepted = sum(e.accepted for e in events)
+    rejections = sum(1 for e in events if e.accepted < e.n_drafted)
+    return accepted / (accepted + rejections) if accepted + rejections else 0.0
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    tokens: int  # new tokens emitted
+    target_passes: int  # target forward passes (= steps)
+    drafted: int  # draft tokens proposed (named or only counted: StepEvent.n_drafted)
+    accepted: int  # draft tokens kept
+    rejections: int  # steps that turned a draft token down
+    alpha: float  # per-token acceptance probability, estimated (estimate_alpha)
+    accepted_share: float  # accepted / drafted (0 when nothing was drafted)
+    tokens_per_step: float  # tokens / target passes, measured
+    expected_tokens_per_pass: float  # mean over drafting steps of (1 - alpha^(K+1)) / (1 - alpha), each at its own K: what independent acceptance predicts
+    seconds: float  # wall time of the run (prompt processing excluded)
+    tokens_per_s: float
+    mean_k: float  # mean draft length over steps that drafted
+    model_steps: int  # steps drafted by the draft model
+    lookup_steps: int  # steps drafted by prompt lookup (no model pass)
+    draft_pass_s: float | None  # drafting seconds per drafted token (a draft-model pass; next to nothing for lookup; a blend for "auto"); None: the engine does not time drafting apart
+    model_draft_pass_s: float | None  # the same over the draft model's steps only (None when it drafted nothing)
+    target_pass_s: float | None  # median seconds of one target pass, any length (None: not timed apart)
+    verify_pass_s: float | None  # mean seconds of the target pass of a step that drafted (K+1 tokens) (None: not timed apart)
+    step_s: float  # mean seconds of a whole step: drafting + target pass (from elapsed_s where an engine does not time them apart)
+    decode_step_s: float | None  # seconds of one plain decode step of the target (None: not known)
+    decode_step_from: str  # where decode_step_s came from (FROM_PLAIN, FROM_ONE_TOKEN_PASS, FROM_OWN_STEPS or "")
+    cost_ratio_c: float | None  # draft_pass_s / decode_step_s (next to 0 for prompt lookup)
+    draft_model_c: float | None  # model_draft_pass_s / decode_step_s
+    verify_cost: float | None  # verify_pass_s / decode_step_s: what checking K+1 tokens costs, in decode steps
+    predicted_speedup: float | None  # textbook: expected tokens per pass / (K c + 1), K = mean_k
+    predicted_speedup_with_verify_cost: float | None  # expected tokens per pass / (K c + verify_cost)
+    predicted_speedup_from_passes: float | None  # measured tokens per pass x decode step / step_s (the accounting)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """The old name of accepted_share (kept for the --json output and older callers)."""
+        return self.accepted_share
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate}
+
+
+def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, decode_step_from: str = "") -> RunMetrics:
+    """Summarise a run. `decode_step_s`: one plain decode step of the target, when known from
+    elsewhere (see summarize_runs); else the run's own one-token steps, if it has any."""
+    tokens = events[-1].total_tokens if events else 0
+    passes = len(events)
+    drafted = sum(e.n_drafted for e in events)
+    accepted = sum(e.accepted for e in events)
+    seconds = events[-1].elapsed_s if events else 0.0
+    drafting = [e for e in events if e.n_drafted]
+    timed = all(e.draft_s is not None and e.verify_s is not None for e in events)  # a remote engine reports neither
+    by_model = [e for e in drafting if e.drafter == "model"]
+    mean_k = statistics.fmean(e.n_drafted for e in drafting) if drafting else 0.0
+    model_drafted = sum(e.n_drafted for e in by_model)
+    if timed:
+        draft_pass_s = sum(e.draft_s for e in drafting) / drafted if drafted else 0.0
+        model_draft_pass_s = sum(e.draft_s for e in by_model) / model_drafted if model_drafted else None
+        verify_pass_s = statistics.fmean(e.verify_s for e in drafting) if drafting else 0.0
+        step_s = statistics.fmean(e.draft_s + e.verify_s for e in events) if events else 0.0
+        one_token = [e.verify_s for e in events if not e.n_drafted]
+    else:  # steps timed only by arrival: a step lasts from the previous step's arrival to its own
+        draft_pass_s = model_draft_pass_s = verify_pass_s = None
+        step_s = seconds / passes if passes else 0.0
+        one_token = []
+    if decode_step_s is None and one_token:
+        decode_step_s, decode_step_from = statistics.fmean(one_token), FROM_OWN_STEPS
+    if decode_step_s is None:
+        decode_step_from = ""
+    alpha = estimate_alpha(events)
+    # Per step, each at the K it drafted: the formula is concave in K, so evaluating it once at the
+    # mean K (adaptive K) would overstate it. The cost side, K c + 1, is linear: the mean K is exact there.
+    counts = expected_pass_counts(alpha, [len(e.drafted) for e in drafting])
+    expected = sum(n * count for n, count in enumerate(counts, 1)) / len(drafting) if drafting else 1.0
+    tokens_per_step = tokens / passes if passes else 0.0
+
+    c = draft_c = verify = textbook = with_verify = from_passes = None
+    if decode_step_s and not timed:  # only the accounting needs no time apart
+        from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
+    elif decode_step_s:
+        c = draft_pass_s / decode_step_s
+        draft_c = model_draft_pass_s / decode_step_s if model_draft_pass_s is not None else None
+        verify = verify_pass_s / decode_step_s if drafting else 1.0
+        textbook = expected / (mean_k * c + 1)
+        with_verify = expected / (mean_k * c + verify)
+        from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
+    return RunMetrics(
+        tokens=tokens,
+        target_passes=passes,
+        drafted=drafted,
+        accepted=accepted,
+        rejections=sum(1 for e in events if e.accepted < e.n_drafted),
+        alpha=alpha,
+        accepted_share=accepted / drafted if drafted else 0.0,
+        tokens_per_step=tokens_per_step,
+        expected_tokens_per_pass=expected,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        mean_k=mean_k,
+        model_steps=len(by_model),
+        lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
+        draft_pass_s=draft_pass_s,
+        model_draft_pass_s=model_draft_pass_s,
+        target_pass_s=(statistics.median(e.verify_s for e in events) if events else 0.0) if timed else None,
+        verify_pass_s=verify_pass_s,
+        step_s=step_s,
+        decode_step_s=decode_step_s,
+        decode_step_from=decode_step_from,
+        cost_ratio_c=c,
+        draft_model_c=draft_c,
+        verify_cost=verify,
+        predicted_speedup=textbook,
+        predicted_speedup_with_verify_cost=with_verify,
+        predicted_speedup_from_passes=from_passes,
+    )
+
+
+def summarize_runs(
+    spec_events: list[StepEvent], plain_events: list[StepEvent] | None = None, one_token_pass_s: float | None = None,
+) -> RunMetrics:
+    """The speculative run's metrics with the best decode step at hand: the plain run's mean step
+    (same settings, same machine, same moment), else a one-token target pass timed after the run."""
+    if plain_events:
+        return summarize(spec_events, decode_step_s=summarize(plain_events).step_s, decode_step_from=FROM_PLAIN)
+    if one_token_pass_s:
+        return summarize(spec_events, decode_step_s=one_token_pass_s, decode_step_from=FROM_ONE_TOKEN_PASS)
+    return summarize(spec_events)
+
+
+def measured_speedup(spec: RunMetrics, plain: RunMetrics | None) -> float | None:
+    """Speculative tokens/s over plain tokens/s (prompt processing excluded on both sides)."""
+    if plain is None or not plain.tokens_per_s or not spec.tokens_per_s:
+        return None
+    return spec.tokens_per_s / plain.tokens_per_s

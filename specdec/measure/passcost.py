@@ -1,0 +1,118 @@
+"""What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, and
+one draft pass. Speculative decoding pays where checking K+1 tokens costs about one decode step
+(memory-bound decoding: the weights are read once per pass, however many tokens it scores).
+
+Timing: the same prefilled cache for every pass (each pass is cropped off again), sizes
+interleaved over the repeats so that load from other processes spreads over all of them, the
+median per size.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specdec.core.cached_model import CachedModel
+
+SIZES = (1, 2, 4, 8, 16, 32)
+MAX_CONTEXT = 256  # positions prefilled before timing (the prompt, cut to its last tokens)
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    sizes: tuple[int, ...]  # tokens in one target pass
+    target_s: tuple[float, ...]  # median seconds of one target pass over that many tokens
+    draft_s: float | None  # median seconds of one one-token draft pass (None: the pair has no draft model)
+    context: int  # positions in the cache while timing
+    repeats: int
+
+    def target_pass_s(self, n: float) -> float:
+        """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes."""
+        sizes, times = self.sizes, self.target_s
+        if len(sizes) == 1:
+            return times[0]
+        i = next((j for j in range(1, len(sizes)) if n <= sizes[j]), len(sizes) - 1)
+        (n0, t0), (n1, t1) = (sizes[i - 1], times[i - 1]), (sizes[i], times[i])
+        return max(t0 + (t1 - t0) * (n - n0) / (n1 - n0), 0.0) if n1 != n0 else t0
+
+    @property
+    def decode_step_s(self) -> float:
+        return self.target_pass_s(1)
+
+    def verify_cost(self, k: int) -> float:
+        """A (K+1)-token pass in decode steps."""
+        return self.target_pass_s(k + 1) / self.decode_step_s
+
+    @property
+    def c(self) -> float | None:
+        """One draft pass in decode steps."""
+        return self.draft_s / self.decode_step_s if self.draft_s is not None else None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_passes(model: CachedModel, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
+    """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes;
+    the cache is cropped back after each pass. ids: at least max(sizes) tokens. tick(): called
+    after each timed pass (a progress bar)."""
+    base = model.length
+    feed = torch.tensor(ids, device=model.device)
+    runs: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            _sync(model.device)
+            start = time.perf_counter()
+            model.forward(feed[:n], last_only=last_only)
+            _sync(model.device)
+            runs[n].append(time.perf_counter() - start)
+            model.crop(base)
+            if tick is not None:
+                tick()
+    return [statistics.median(runs[n]) for n in sizes]
+
+
+def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
+    """How many timed passes measure_models makes (the length of its progress bar)."""
+    return repeats * (len(sizes) + (1 if with_draft else 0))
+
+
+def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None) -> PassCosts:
+    """Time passes of these target and draft modules (draft may be None) after a cache filled with
+    (the end of) context_ids: the target over each size, the draft over one token."""
+    if not context_ids:
+        raise ValueError("pass costs need a context of at least one token")
+    context = list(context_ids[-MAX_CONTEXT:])
+    feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]  # any real tokens do: cost does not depend on which
+    target_lm = CachedModel(target, vocab_size)
+    prefix = torch.tensor(context, device=target_lm.device)
+    target_lm.prefill(prefix)
+    time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
+    target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
+    draft_s = None
+    if draft is not None:
+        draft_lm = CachedModel(draft, vocab_size)
+        draft_lm.prefill(prefix.to(draft_lm.device))
+        time_passes(draft_lm, feed, (1,), 1, last_only=True)
+        (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only
+    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats)
+
+
+def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:
+    """Time the pair's target and (stock) draft passes after a cache filled with (the end of) context_ids."""
+    return measure_models(pair.target, pair.draft, pair.vocab_size, context_ids, sizes, repeats)
+
+
+def one_token_pass_s(decoding, repeats: int = 3) -> float | None:
+    """A plain decode step, timed on a finished run's own target cache (no second prefill): the
+    decode step to compare with when plain decoding was not run. None if the run made no step."""
+    seq, target = decoding.seq, decoding.target
+    if target.length != len(seq) - 1 or not seq:
+        return None
+    (seconds,) = time_passes(target, seq[-1:], (1,), repeats)
+    return seconds

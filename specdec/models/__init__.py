@@ -1,0 +1,1 @@
+"""Model pairs: presets, loading, the embedded offline bundle, tiny-random."""

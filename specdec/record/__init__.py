@@ -1,0 +1,1 @@
+"""A run kept as a file, and replayed on its own clock."""
