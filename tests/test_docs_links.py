@@ -1,0 +1,90 @@
+"""The README and docs/ link to one another by relative paths and `#anchor`s: every such link must
+point at a file of the repository and, where it names an anchor, at a heading of that file (the
+anchor as GitHub spells it). The README stays a front door: the reference lives in docs/."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_MOST_BYTES = 12 * 1024
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+INLINE_CODE = re.compile(r"`[^`]*`")
+# [text](target) and ![alt](target), an optional "title" after the target
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto: ...
+
+
+def prose_lines(path: Path):
+    """(line number, text) of every line outside fenced code blocks, the front matter included."""
+    inside = False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if FENCE.match(line):
+            inside = not inside
+            continue
+        if not inside:
+            yield number, line
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    text = INLINE_CODE.sub(lambda m: m.group(0).strip("`"), heading)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link in a heading keeps its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading anchor of a Markdown file; a repeated heading gets -1, -2, ... as on GitHub."""
+    seen: dict[str, int] = {}
+    found = set()
+    for _, line in prose_lines(path):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        base = slug(match.group(2))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def relative_links(path: Path):
+    """(line number, target) of every link in the file that is not to another site."""
+    for number, line in prose_lines(path):
+        for target in LINK.findall(INLINE_CODE.sub("", line)):
+            if not SCHEME.match(target):
+                yield number, target
+
+
+def broken(path: Path, target: str) -> str | None:
+    """Why a link from `path` to `target` leads nowhere, or None when it leads somewhere."""
+    file_part, _, anchor = target.partition("#")
+    linked = (path.parent / file_part).resolve() if file_part else path
+    if not linked.is_relative_to(ROOT):
+        return f"{target}: outside the repository"
+    if not linked.exists():
+        return f"{target}: no file {linked.relative_to(ROOT)}"
+    if anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+        return f"{target}: no heading with anchor #{anchor} in {linked.relative_to(ROOT)}"
+    return None
+
+
+def test_the_slug_is_githubs():
+    assert slug("Presenting: replay, lecture-hall view, export") == "presenting-replay-lecture-hall-view-export"
+    assert slug("The run record (JSON)") == "the-run-record-json"
+    assert slug("How `best` was chosen") == "how-best-was-chosen"
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_a_heading(path):
+    problems = [f"line {n}: {why}" for n, target in relative_links(path) if (why := broken(path, target))]
+    assert not problems, f"{path.relative_to(ROOT)} has broken links:\n" + "\n".join(problems)
+
+
+def test_the_readme_is_a_front_door():
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= README_MOST_BYTES, f"README.md is {size} bytes; the reference belongs in docs/"
