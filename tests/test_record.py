@@ -100,9 +100,9 @@ def test_csv_has_one_row_per_step_with_the_documented_columns(record):
             assert r["kind"] == e.kind and int(r["total_tokens"]) == e.total_tokens
             assert r["text"] == "".join(e.emitted_text)  # newlines and quotes survive the CSV quoting
             assert float(r["elapsed_s"]) == pytest.approx(e.elapsed_s, abs=1e-6)
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "presenting.md").read_text()
     for name in columns:
-        assert f"`{name}`" in readme, f"README.md does not document CSV column {name}"
+        assert f"`{name}`" in readme, f"docs/presenting.md does not document CSV column {name}"
 
 
 def test_written_files_are_the_json_and_the_csv(record, tmp_path):
