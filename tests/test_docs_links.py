@@ -53,11 +53,15 @@ def anchors(path: Path) -> set[str]:
 
 
 def relative_links(path: Path):
-    """(line number, target) of every link in the file that is not to another site."""
-    for number, line in prose_lines(path):
-        for target in LINK.findall(INLINE_CODE.sub("", line)):
-            if not SCHEME.match(target):
-                yield number, target
+    """(line number, target) of every link in the file that is not to another site. A link's text
+    may run over a line break, so the prose is searched as one text (code blanked out)."""
+    kept = dict(prose_lines(path))
+    count = len(path.read_text(encoding="utf-8").splitlines())
+    prose = "\n".join(INLINE_CODE.sub("", kept.get(n, "")) for n in range(1, count + 1))
+    for match in LINK.finditer(prose):
+        target = match.group(1)
+        if not SCHEME.match(target):
+            yield prose.count("\n", 0, match.start()) + 1, target
 
 
 def broken(path: Path, target: str) -> str | None:
@@ -77,6 +81,17 @@ def test_the_slug_is_githubs():
     assert slug("Presenting: replay, lecture-hall view, export") == "presenting-replay-lecture-hall-view-export"
     assert slug("The run record (JSON)") == "the-run-record-json"
     assert slug("How `best` was chosen") == "how-best-was-chosen"
+
+
+def test_the_reading_finds_links_and_reports_broken_ones(tmp_path):
+    probe = tmp_path / "probe.md"
+    probe.write_text("See [the\nmetrics](docs/metrics.md#nowhere) and `[code](x.md)`.\n"
+                     "```\n[in a block](y.md)\n```\n![a picture](z.png) [a site](https://example.org)\n")
+    assert list(relative_links(probe)) == [(1, "docs/metrics.md#nowhere"), (6, "z.png")]
+    readme = ROOT / "README.md"
+    assert "no heading" in broken(readme, "docs/metrics.md#nowhere")
+    assert "no file" in broken(readme, "docs/nowhere.md")
+    assert broken(readme, "docs/metrics.md#what-the-numbers-mean") is None
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
