@@ -31,7 +31,7 @@ from specdec.models.pair import DTYPES, ModelPair
 from specdec.kernels.target_kernels import kernel_target, parse_kernel, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
-DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json")
+DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json")
 LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
 
 

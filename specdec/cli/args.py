@@ -106,7 +106,7 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
     from specdec.models.pair import DTYPES
 
-    p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json"))
+    p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json"))
     add_model_args(p)
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=96)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 FREQUENCY_FILES = [ASSETS / "draft_vocab_qwen2.5.json"]  # ids most frequent first, with their tokenizer's fingerprint
 
 
