@@ -21,11 +21,11 @@ import gradio as gr
 from specdec.serving import gpu_budget
 from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.engines.base import EngineError
 from specdec.serving.pairs import shared_store
 from specdec.measure.passcost import one_token_pass_s
-from specdec.measure.run import plain_int4_run
+from specdec.bench.side_by_side import plain_int4_run
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
 from . import engine_choice, theory

@@ -14,8 +14,8 @@ from dataclasses import replace
 import gradio as gr
 
 from specdec.serving import torch_thread
-from specdec.core.detail import explain, generate_detailed
-from specdec.core.decoding import generate
+from specdec.core.detail import explain
+from specdec.engines.assemble import generate, generate_detailed
 from specdec.serving.pairs import shared_store
 from specdec.measure.passcost import one_token_pass_s
 

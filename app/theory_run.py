@@ -10,10 +10,10 @@ import gradio as gr
 
 from specdec.serving import torch_thread
 from specdec.engines.base import EngineError
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.measure.metrics import summarize
 from specdec.serving.pairs import shared_store
-from specdec.measure.sweep import SWEEP_KS, sweep_k
+from specdec.bench.sweep import SWEEP_KS, sweep_k
 
 from . import engine_choice, theory
 from .live import read_config

@@ -1,5 +1,5 @@
 """Measured speedup against the three predictions, per prompt of the bench set, through the same
-functions the app uses (specdec.measure.run.compare_runs -> specdec.measure.metrics -> specdec.core.theory).
+functions the app uses (specdec.bench.side_by_side.compare_runs -> specdec.measure.metrics -> specdec.core.theory).
 
     HF_HUB_OFFLINE=1 python scripts/check_predictions.py [--pair NAME] [--k 5] [--max-new-tokens 64]
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from specdec.core.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
 from specdec.models.pair import load_pair  # noqa: E402
-from specdec.measure.run import compare_runs  # noqa: E402
+from specdec.bench.side_by_side import compare_runs  # noqa: E402
 from specdec.core.theory import expected_pass_counts, prediction_gap  # noqa: E402
 from specdec.kernels.variants import default_variant  # noqa: E402
 

@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import statistics, sys, time
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.models.pair import load_pair
 pair_name, dtype, tokens, runs, detail = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 pair = load_pair(pair_name, device="cpu", dtype=dtype)
 config = GenerationConfig(max_new_tokens=tokens, k=5, temperature=0.8, seed=1)
 if detail:
-    from specdec.core.detail import generate_detailed as generate
+    from specdec.engines.assemble import generate_detailed as generate
 prompt = "def add(a, b):\\n    return a + b\\n\\ndef add(a, b):"
 list(generate(pair, prompt, config))  # warm-up
 per_step = []

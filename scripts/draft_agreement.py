@@ -23,8 +23,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.kernels.cpu_linear import linear_for  # noqa: E402
 from specdec.core.config import GenerationConfig  # noqa: E402
-from specdec.core.decoding import generate  # noqa: E402
+from specdec.engines.assemble import generate  # noqa: E402
 from specdec.models.pair import load_pair  # noqa: E402
 from specdec.kernels.variants import draft_model, head_ids, parse_variant, resident_gb  # noqa: E402
 
@@ -47,7 +48,7 @@ def agreement(model, refs) -> dict:
 
 
 def pass_ms(model, pair, context: list[int], n: int = 15) -> float:
-    lm = CachedModel(model, pair.vocab_size)
+    lm = CachedModel(model, pair.vocab_size, linear=linear_for(model))
     lm.prefill(torch.tensor(context[:200]))
     times = []
     for i in range(n):

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from specdec.models.bundle import cache_root  # noqa: E402
 from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.kernels.cpu_linear import linear_for  # noqa: E402
 
 CONTEXT = 200  # cached positions while timing (as in DESIGN.md's pass costs)
 SIZES = (1, 6)  # a decode pass; a verify pass of K + 1 = 6 tokens
@@ -75,7 +76,7 @@ def noop_linears(model) -> None:
 
 def overhead(dtype: str) -> None:
     model = load_target(dtype)
-    cm = CachedModel(model, model.config.vocab_size)
+    cm = CachedModel(model, model.config.vocab_size, linear=linear_for(model))
     feed = ids_for(model, CONTEXT + max(SIZES))
     cm.prefill(feed[:CONTEXT])
 
@@ -96,7 +97,7 @@ def overhead(dtype: str) -> None:
                           "top": [(e.key, round(e.self_cpu_time_total / 1e3, 1), e.count) for e in rows]}), flush=True)
     noop_linears(model)
     rest = median_passes(engine_pass)
-    cm.cpu_linear = False  # without the torch function mode that picks the product's operand order
+    cm.linear = None  # without the torch function mode that picks the product's operand order
     rest_no_mode = median_passes(engine_pass)
     print(json.dumps({"what": "linears replaced by no-ops", "dtype": dtype, "seconds": rest,
                       "seconds_without_cpulinear_mode": rest_no_mode,

@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec.kernels import q4k  # noqa: E402
 from specdec.bench.runner import load_prompts  # noqa: E402
 from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.kernels.cpu_linear import linear_for  # noqa: E402
 from specdec.core.config import GenerationConfig  # noqa: E402
-from specdec.core.decoding import Decoding  # noqa: E402
+from specdec.engines.assemble import build_decoding  # noqa: E402
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes  # noqa: E402
 from specdec.kernels.target_kernels import hf_name, kernel_target, release  # noqa: E402
 
@@ -42,7 +43,7 @@ AGREE = 64
 
 
 def decode_step_s(pair, model, prompt_ids: list[int], passes: int) -> float:
-    target = CachedModel(model, pair.vocab_size)
+    target = CachedModel(model, pair.vocab_size, linear=linear_for(model))
     target.prefill(torch.tensor(prompt_ids[:-1]))
     last = torch.tensor(prompt_ids[-1:])
     times = []
@@ -91,7 +92,7 @@ def first_tokens(pair, name: str, prompts: list[dict]) -> dict:
     out = {}
     for p in prompts:
         ids = pair.encode_prompt(p["prompt"], chat=p.get("chat", pair.chat), max_new_tokens=AGREE)
-        out[p["id"]] = [t for e in Decoding(pair, ids, config) for t in e.emitted]
+        out[p["id"]] = [t for e in build_decoding(pair, ids, config) for t in e.emitted]
     return out
 
 

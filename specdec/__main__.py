@@ -31,7 +31,7 @@ def colour_events(events: list[StepEvent], show_rejected: bool = True) -> str:
 
 
 def cmd_generate(args) -> int:
-    from specdec.measure.run import compare_runs
+    from specdec.bench.side_by_side import compare_runs
 
     generation_config(args)  # bad settings fail before the models load
     if not args.prompt or not args.prompt.strip():

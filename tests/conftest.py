@@ -17,7 +17,7 @@ def tiny_pair():
 
 def run_checked(pair, prompt, config, **kwargs):
     """Generate, check the event contract on the whole stream, return the events."""
-    from specdec.core.decoding import generate
+    from specdec.engines.assemble import generate
 
     events = list(generate(pair, prompt, config, **kwargs))
     check_invariants(events)

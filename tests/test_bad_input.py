@@ -4,7 +4,7 @@ import pytest
 
 from specdec.__main__ import main
 from specdec.core.config import MAX_NEW_TOKENS_CAP, GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.models.pair import load_pair
 
 

@@ -174,7 +174,7 @@ SPAN_IN_PAGE = "Array.from(document.querySelectorAll('#spec-pane .tok')).map(t =
 def expected_run(max_new_tokens: int, temperature: float, draft_variant: str):
     """The same run in this process (same pair, dtype, settings and seed): what stepping must show."""
     from specdec.core.config import GenerationConfig
-    from specdec.core.decoding import generate
+    from specdec.engines.assemble import generate
     from specdec.models.pair import load_pair
 
     pair = load_pair("tiny-random", device="cpu", dtype=DTYPE)

@@ -6,7 +6,7 @@ import torch
 
 from specdec.core.cached_model import CachedModel
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 
 PROMPT = "for i in range(10):"
 

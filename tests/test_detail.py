@@ -10,7 +10,8 @@ import specdec.core.acceptance as acceptance
 from conftest import run_checked, untimed
 from specdec.core.acceptance import speculative_sample
 from specdec.core.config import GenerationConfig
-from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, explain, generate_detailed, record_step, replay_uniforms
+from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, explain, record_step, replay_uniforms
+from specdec.engines.assemble import generate_detailed
 from specdec.core.events import CORRECTION
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"

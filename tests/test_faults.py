@@ -23,7 +23,7 @@ from conftest import make_hub_cache
 from specdec.models import bundle
 from specdec.core import config
 from specdec.core.config import GenerationConfig, PairPreset
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.models.pair import load_pair
 from specdec.serving.pairs import Offer, PairStore, PairUnavailable
 

@@ -16,11 +16,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("bench.runner", "cli.args"): "the bench loads its pair through the command line's loader",
     ("core.config", "kernels.target_kernels"): "validate checks the kernel name against the kernels",
     ("core.config", "kernels.variants"): "validate checks the variant name against the variants",
-    ("core.decoding", "kernels.target_kernels"): "the loop builds the target kernel",
-    ("core.decoding", "kernels.variants"): "the loop builds the draft variant",
-    ("core.decoding", "measure.cost_table"): "the loop measures the cost table",
-    ("core.decoding", "measure.passcost"): "the loop's annotation of the cost table",
-    ("core.decoding", "models.pair"): "the loop takes a ModelPair",
     ("record.run_file", "bench.runner"): "the record takes machine_info from the bench",
 }
 

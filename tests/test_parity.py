@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_checked, tokens, untimed
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.core.events import EOS_ACCEPTED, check_invariants
 from specdec.measure.passcost import PassCosts
 

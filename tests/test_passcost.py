@@ -3,7 +3,7 @@
 import pytest
 
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.measure.passcost import PassCosts, measure, one_token_pass_s
 
 

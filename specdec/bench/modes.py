@@ -7,7 +7,7 @@ modes without importing the benchmark, which imports them: the dependency runs o
 OURS = ("plain", "spec", "lookup", "best", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
 DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
 HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
-# *_cpulinear: transformers' loop with our CPU matmul choices (cached_model.CpuLinear), which
+# *_cpulinear: transformers' loop with our CPU matmul choices (kernels.cpu_linear.CpuLinear), which
 # separates what the loop costs from what the kernels cost.
 # llama.cpp's llama-server on the bundle's GGUF files: plain (no draft) and speculative (its own
 # draft loop); each server is started once for the bench. llamacpp_spec is checked against llamacpp_plain.

@@ -21,11 +21,11 @@ import torch
 
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
 from specdec.bench.report import geomean, machine_info, summarize_results, table
-from specdec.core.cached_model import CpuLinear
+from specdec.kernels.cpu_linear import CpuLinear
 from specdec.measure.compare import departure, first_difference
 from specdec.core.config import MAX_K, GenerationConfig
 from specdec.measure.cost_table import costs_for
-from specdec.core.decoding import Decoding
+from specdec.engines.assemble import build_decoding
 from specdec.measure.metrics import summarize
 from specdec.models.pair import DTYPES, ModelPair
 from specdec.kernels.target_kernels import kernel_target, parse_kernel, release
@@ -103,7 +103,7 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     if config.policy == "cost" and config.drafter != "none":
         costs_for(pair, config, progress=True)  # cached, or measured once, before the clock starts
     start = time.perf_counter()
-    events = list(Decoding(pair, prompt_ids, config))  # prefill happens inside
+    events = list(build_decoding(pair, prompt_ids, config))  # prefill happens inside
     seconds = time.perf_counter() - start
     m = summarize(events)
     return {

@@ -7,6 +7,7 @@ the uniform draws u of the sampling rule, and at the position where the target a
 token, p, q and the residual normalise(max(0, p - q)) over the tokens that matter. It changes
 nothing about the step: the draws u are replayed on a copy of the generator's state, so the run
 yields exactly the events of an unrecorded run with the same seed.
+(specdec.engines.assemble.generate_detailed starts such a run.)
 
 `explain(event, detail)` turns an event (and its detail, when recorded) into verdicts per drafted
 token; without a detail it explains what the event alone says.
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.acceptance import one_hot, residual
-from specdec.core.decoding import Decoding, generate
+from specdec.core.decoding import Decoding
 from specdec.core.events import EOS_ACCEPTED, StepEvent
 
 TOP_N = 8  # tokens kept per distribution: enough to see where the mass is
@@ -98,13 +99,8 @@ class DetailedDecoding(Decoding):
         u = None if state is None else replay_uniforms(state, draft.ids.shape[0], probs.device)
         self.details.append(record_step(
             len(self.details), draft.ids, draft.q, logits, probs, int(n_accepted), int(next_token), u,
-            greedy=self.config.greedy, top_n=self.top_n, decode=lambda i: self.pair.tokenizer.decode([i]),
+            greedy=self.config.greedy, top_n=self.top_n, decode=lambda i: self.parts.tokenizer.decode([i]),
         ))
-
-
-def generate_detailed(pair, prompt: str, config, **kwargs) -> DetailedDecoding:
-    """engine.generate, recording a StepDetail per step in the result's `details`."""
-    return generate(pair, prompt, config, decoding=DetailedDecoding, **kwargs)
 
 
 def replay_uniforms(state: torch.Tensor, k: int, device) -> list[float]:

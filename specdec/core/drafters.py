@@ -21,8 +21,8 @@ class Draft:
 class ModelDrafter:
     """Drafts K tokens autoregressively with a small model that shares the target's tokenizer."""
 
-    def __init__(self, model, vocab_size: int, config, generator: torch.Generator | None):
-        self.lm = CachedModel(model, vocab_size)
+    def __init__(self, lm: CachedModel, config, generator: torch.Generator | None):
+        self.lm = lm  # the draft model with its own cache, built by whoever assembles the run
         self.config = config
         self.generator = generator
 

@@ -162,7 +162,7 @@ MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
 
 def machine_kind(device: torch.device) -> str:
     """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu."""
-    from specdec.core.cached_model import NATIVE_BF16
+    from specdec.kernels.cpu_linear import NATIVE_BF16
 
     if device.type != "cpu":
         return device.type

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.cached_model import CachedModel
+from specdec.kernels.cpu_linear import linear_for
 
 SIZES = (1, 2, 4, 8, 16, 32)
 MAX_CONTEXT = 256  # positions prefilled before timing (the prompt, cut to its last tokens)
@@ -89,14 +90,14 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])
     feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]  # any real tokens do: cost does not depend on which
-    target_lm = CachedModel(target, vocab_size)
+    target_lm = CachedModel(target, vocab_size, linear=linear_for(target))  # as a run would run it
     prefix = torch.tensor(context, device=target_lm.device)
     target_lm.prefill(prefix)
     time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
     target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
     draft_s = None
     if draft is not None:
-        draft_lm = CachedModel(draft, vocab_size)
+        draft_lm = CachedModel(draft, vocab_size, linear=linear_for(draft))
         draft_lm.prefill(prefix.to(draft_lm.device))
         time_passes(draft_lm, feed, (1,), 1, last_only=True)
         (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
 
 SWEEP_KS = (1, 2, 3, 4, 6, 8)

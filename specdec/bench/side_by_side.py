@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from specdec.measure.compare import Difference, agreement, first_difference
 from specdec.core.config import GenerationConfig
-from specdec.core.decoding import generate
+from specdec.engines.assemble import generate
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
 from specdec.models.pair import ModelPair
 from specdec.measure.passcost import one_token_pass_s
