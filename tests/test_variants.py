@@ -17,7 +17,8 @@ from specdec.core.config import GenerationConfig
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
 from specdec.core.sampling import probs_from_logits
 from specdec.kernels.variant_store import SubsetHead
-from specdec.kernels.variants import VARIANTS, VariantSpec, parse_variant
+from specdec.core.variant_names import VARIANTS
+from specdec.kernels.variants import VariantSpec, parse_variant
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them

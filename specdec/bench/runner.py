@@ -28,7 +28,8 @@ from specdec.measure.cost_table import costs_for
 from specdec.core.decoding import Decoding
 from specdec.measure.metrics import summarize
 from specdec.models.pair import DTYPES, ModelPair
-from specdec.kernels.target_kernels import kernel_target, parse_kernel, release
+from specdec.core.variant_names import parse_kernel
+from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json")

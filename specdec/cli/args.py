@@ -9,8 +9,8 @@ import argparse
 import os
 
 from specdec.core.config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
-from specdec.kernels.target_kernels import KERNELS
-from specdec.kernels.variants import VARIANTS, default_variant
+from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.kernels.variants import default_variant
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -85,7 +85,7 @@ def variant_names(args, pair) -> list[str]:
 
 def kernel_names(args) -> list[str]:
     """--target-kernel as a list of names (validated)."""
-    from specdec.kernels.target_kernels import parse_kernel
+    from specdec.core.variant_names import parse_kernel
 
     given = [parse_kernel(k.strip()) for k in (getattr(args, "target_kernel", None) or "bf16").split(",") if k.strip()]
     return list(dict.fromkeys(given)) or ["bf16"]

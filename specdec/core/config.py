@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specdec.core.variant_names import parse_kernel, variant_parts
+
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
 DRAFTERS = ("model", "lookup", "auto", "none")
@@ -25,8 +27,8 @@ class GenerationConfig:
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
-    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/kernels/variants.py)
-    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/kernels/target_kernels.py)
+    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/core/variant_names.py)
 
     @property
     def greedy(self) -> bool:
@@ -59,12 +61,8 @@ class GenerationConfig:
             raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
-        from specdec.kernels.variants import parse_variant  # raises naming draft_variant and the allowed names
-
-        parse_variant(self.draft_variant)
-        from specdec.kernels.target_kernels import parse_kernel  # raises naming target_kernel and the allowed names
-
-        parse_kernel(self.target_kernel)
+        variant_parts(self.draft_variant)  # raises naming draft_variant and the allowed names
+        parse_kernel(self.target_kernel)  # raises naming target_kernel and the allowed names
         return self
 
 

@@ -31,19 +31,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-KERNELS = ("bf16", "int8", "q4k")
+from specdec.core.variant_names import parse_kernel
+
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
 
 # Activation dtype of the quantized kernels by kind of machine (variants.machine_kind), measured
 # per machine (docs/benchmarks.md, "Target kernels"); a machine not listed takes bf16 on a CPU.
 ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
-
-
-def parse_kernel(name) -> str:
-    """The name, or ValueError naming the field and the allowed names."""
-    if not isinstance(name, str) or name not in KERNELS:
-        raise ValueError(f"target_kernel must be one of {', '.join(KERNELS)}, got {name!r}")
-    return name
 
 
 def kernel_target(pair, name: str) -> nn.Module:

@@ -26,14 +26,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specdec.core.variant_names import variant_parts
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
 from specdec.models.vocab_subset import frequency_order, subset_ids
 
-WEIGHTS = {"bf16": None, "int8": 8, "int4": 4}  # name -> bits of the decoder layers (None: as loaded)
-HEADS = {"": None, "-v16k": 16384, "-v32k": 32768}  # suffix -> tokens the draft head scores (None: all)
-VARIANTS = tuple(w + h for w in WEIGHTS for h in HEADS)
 
 
 @dataclass(frozen=True)
@@ -72,10 +70,7 @@ class VariantSpec:
 
 def parse_variant(name) -> VariantSpec:
     """`int4-v32k` -> VariantSpec(bits=4, vocab=32768); ValueError naming the field otherwise."""
-    if not isinstance(name, str) or name not in VARIANTS:
-        raise ValueError(f"draft_variant must be one of {', '.join(VARIANTS)}, got {name!r}")
-    weights, _, head = name.partition("-")
-    return VariantSpec(name, WEIGHTS[weights], HEADS["-" + head if head else ""])
+    return VariantSpec(name, *variant_parts(name))
 
 
 # --- getting a variant ----------------------------------------------------------------------------
