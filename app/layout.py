@@ -6,7 +6,7 @@ import json
 
 import gradio as gr
 
-from specdec.core.config import PRESETS
+from specdec.models.presets import PRESETS
 from specdec.models.pair import pick_device
 from specdec.core.variant_names import KERNELS, VARIANTS
 from specdec.kernels.variants import default_variant

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec.core.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
+from specdec.core.config import GenerationConfig  # noqa: E402
+from specdec.models.presets import DEFAULT_PAIR  # noqa: E402
 from specdec.models.pair import load_pair  # noqa: E402
 from specdec.measure.run import compare_runs  # noqa: E402
 from specdec.core.theory import expected_pass_counts, prediction_gap  # noqa: E402

@@ -21,8 +21,9 @@ import pytest
 
 from conftest import make_hub_cache
 from specdec.models import bundle
-from specdec.core import config
-from specdec.core.config import GenerationConfig, PairPreset
+from specdec.core.config import GenerationConfig
+from specdec.models import presets
+from specdec.models.presets import PairPreset
 from specdec.core.decoding import generate
 from specdec.models.pair import load_pair
 from specdec.serving.pairs import Offer, PairStore, PairUnavailable
@@ -56,7 +57,7 @@ def fake(tmp_path, monkeypatch, tiny_folders):
         models.append(bundle.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(b"".join(parts)).hexdigest()))
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setitem(bundle.BUNDLES, NAME, tuple(models))
-    monkeypatch.setitem(config.PRESETS, PAIR, PairPreset(PAIR, "Fake/Target", "Fake/Draft", "fake pair", bundle=NAME, chat=False))
+    monkeypatch.setitem(presets.PRESETS, PAIR, PairPreset(PAIR, "Fake/Target", "Fake/Draft", "fake pair", bundle=NAME, chat=False))
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     converted = []

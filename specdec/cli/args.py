@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from specdec.core.config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
+from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, GenerationConfig
 from specdec.core.variant_names import KERNELS, VARIANTS
 from specdec.kernels.variants import default_variant
+from specdec.models.presets import DEFAULT_PAIR, PRESETS
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.core.config import DEFAULT_PAIR, PairPreset, get_preset
+from specdec.models.presets import DEFAULT_PAIR, PairPreset, get_preset
 
 Progress = Callable[[float, str], None]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}

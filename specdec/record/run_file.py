@@ -79,7 +79,7 @@ class RunRecord:
 
 def pair_info(pair) -> dict:
     """The pair as the record keeps it (a ModelPair has tensors; the record keeps only names)."""
-    from specdec.core.config import PRESETS
+    from specdec.models.presets import PRESETS
 
     preset = PRESETS.get(pair.name)
     return {

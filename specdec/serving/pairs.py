@@ -23,7 +23,7 @@ import torch
 
 from specdec.models import bundle
 from specdec.serving import torch_thread
-from specdec.core.config import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
+from specdec.models.presets import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
 from specdec.models.pair import DTYPES, ModelPair, Progress, build_pair, pick_device, pick_dtype
 
 PAIRS_ENV = "SPECDEC_PAIRS"  # comma-separated preset names visitors may pick
