@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 
 from scripts.app_client import Visitor, start_app  # noqa: E402
+from specdec.models import machine as machine_facts  # noqa: E402 (machine() here describes it in one line)
 
 EMBEDDED = "qwen2.5-coder-1.5b/0.5b"
 EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())]
@@ -314,14 +315,12 @@ def app(env: dict):
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
-    flags = open("/proc/cpuinfo").read()
     import gradio
     import torch
     import transformers
 
-    return (f"{cpu}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-            f"avx512_bf16: {'yes' if 'avx512_bf16' in flags else 'no'}; Python {platform.python_version()}, "
+    return (f"{machine_facts.cpu_model()}, {machine_facts.cores()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+            f"avx512_bf16: {'yes' if 'avx512_bf16' in machine_facts.cpu_flags() else 'no'}; Python {platform.python_version()}, "
             f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}")
 
 

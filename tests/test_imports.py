@@ -21,7 +21,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("core.decoding", "measure.cost_table"): "the loop measures the cost table",
     ("core.decoding", "measure.passcost"): "the loop's annotation of the cost table",
     ("core.decoding", "models.pair"): "the loop takes a ModelPair",
-    ("record.run_file", "bench.runner"): "the record takes machine_info from the bench",
 }
 
 

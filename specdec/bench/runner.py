@@ -20,14 +20,16 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
-from specdec.bench.report import geomean, machine_info, summarize_results, table
+from specdec.bench.report import geomean, summarize_results, table
 from specdec.core.cached_model import CpuLinear
 from specdec.measure.compare import departure, first_difference
 from specdec.core.config import MAX_K, GenerationConfig
 from specdec.measure.cost_table import costs_for
 from specdec.core.decoding import Decoding
 from specdec.measure.metrics import summarize
-from specdec.models.pair import DTYPES, ModelPair
+from specdec.models.dtypes import DTYPES
+from specdec.models.machine import machine_info
+from specdec.models.pair import ModelPair
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model

@@ -105,7 +105,7 @@ def load(args):
 def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     """Every option of `bench` (also `python -m specdec.bench.runner`)."""
     from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
-    from specdec.models.pair import DTYPES
+    from specdec.models.dtypes import DTYPES
 
     p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "assets", "bench_prompts.json"))
     add_model_args(p)

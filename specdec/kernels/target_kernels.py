@@ -32,10 +32,11 @@ import torch
 from torch import nn
 
 from specdec.core.variant_names import parse_kernel
+from specdec.models import machine
 
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
 
-# Activation dtype of the quantized kernels by kind of machine (variants.machine_kind), measured
+# Activation dtype of the quantized kernels by kind of machine (specdec.models.machine.machine_kind), measured
 # per machine (docs/benchmarks.md, "Target kernels"); a machine not listed takes bf16 on a CPU.
 ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
 
@@ -61,11 +62,9 @@ def release(pair, keep: str | None = None) -> None:
 
 
 def activation_dtype(pair) -> torch.dtype:
-    from specdec.kernels.variants import machine_kind
-
     if pair.device.type != "cpu":
         return pair.dtype
-    return ACTIVATION.get(machine_kind(pair.device), torch.bfloat16)
+    return ACTIVATION.get(machine.machine_kind(pair.device), torch.bfloat16)
 
 
 def _build_int8(pair) -> nn.Module:

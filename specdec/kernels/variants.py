@@ -30,6 +30,7 @@ from specdec.core.variant_names import variant_parts
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
+from specdec.models import machine
 from specdec.models.vocab_subset import frequency_order, subset_ids
 
 
@@ -149,20 +150,11 @@ def resident_gb(model: nn.Module | None) -> float | None:
 # --- the measured default -------------------------------------------------------------------------
 
 # The recorded decision (docs/benchmarks.md, "The default draft variant"): the variant that won the
-# bench prompt set, per pair and kind of machine it was measured on. Anything not measured keeps
+# bench prompt set, per pair and kind of machine it was measured on (machine.machine_kind). Anything not measured keeps
 # the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
 # lose most of their agreement in int4).
 MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
 
 
-def machine_kind(device: torch.device) -> str:
-    """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu."""
-    from specdec.core.cached_model import NATIVE_BF16
-
-    if device.type != "cpu":
-        return device.type
-    return "cpu-avx512_bf16" if NATIVE_BF16 else "cpu"
-
-
 def default_variant(pair_name: str, device: torch.device) -> str:
-    return MEASURED_DEFAULTS.get((pair_name, machine_kind(device)), "bf16")
+    return MEASURED_DEFAULTS.get((pair_name, machine.machine_kind(device)), "bf16")

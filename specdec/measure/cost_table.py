@@ -12,17 +12,16 @@ per one-token pass); tiny-random, a fraction of a second.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import time
 from pathlib import Path
 
 import torch
 
+from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
 from specdec.measure.passcost import PassCosts, measure_models, passes_to_time
 
@@ -42,16 +41,8 @@ def machine(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         return info
-    cpu, flags = "", set()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and not cpu:
-                    cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    cpu = cpu or platform.processor() or platform.machine()
-    info["cpu"] = cpu
+    flags = machine_facts.cpu_flags()
+    info["cpu"] = machine_facts.cpu_model()
     info["cpu_flags"] = [f for f in CPU_FLAGS if f in flags]
     return info
 

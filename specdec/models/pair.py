@@ -10,10 +10,11 @@ from pathlib import Path
 
 import torch
 
+from specdec.models.dtypes import DTYPES, dtype_name
+from specdec.models.machine import native_bf16
 from specdec.models.presets import DEFAULT_PAIR, PairPreset, get_preset
 
 Progress = Callable[[float, str], None]
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -49,11 +50,7 @@ def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
         return DTYPES[name]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    try:
-        native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    except (AttributeError, RuntimeError):
-        native_bf16 = False
-    return torch.bfloat16 if native_bf16 else torch.float32
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 @dataclass
@@ -92,7 +89,7 @@ class ModelPair:
 
     @property
     def dtype_name(self) -> str:
-        return next(k for k, v in DTYPES.items() if v == self.dtype)
+        return dtype_name(self.dtype)
 
     def encode_prompt(self, prompt: str, chat: bool, max_new_tokens: int) -> list[int]:
         if not isinstance(prompt, str) or not prompt.strip():

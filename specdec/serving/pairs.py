@@ -24,7 +24,8 @@ import torch
 from specdec.models import bundle
 from specdec.serving import torch_thread
 from specdec.models.presets import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
-from specdec.models.pair import DTYPES, ModelPair, Progress, build_pair, pick_device, pick_dtype
+from specdec.models.dtypes import dtype_name
+from specdec.models.pair import ModelPair, Progress, build_pair, pick_device, pick_dtype
 
 PAIRS_ENV = "SPECDEC_PAIRS"  # comma-separated preset names visitors may pick
 PAIR_ENV = "SPECDEC_PAIR"  # the default preset
@@ -255,7 +256,7 @@ class PairStore:
         free = self._free_memory() if idle else free
         if free is not None and need > free:
             where = "GPU" if self._device.type == "cuda" else "RAM"
-            dtype = next(k for k, v in DTYPES.items() if v == self._dtype)
+            dtype = dtype_name(self._dtype)
             raise PairUnavailable(
                 f"pair {name!r} needs about {need / GB:.1f} GB of {where} in {dtype}, and {free / GB:.1f} GB is free "
                 f"with {', '.join(self.loaded()) or 'nothing'} loaded; the pair in use keeps serving"
