@@ -27,7 +27,7 @@ def _run(source, prompt_ids):
 @pytest.fixture(scope="session")
 def llamacpp():
     """Runs every prompt on the speculative server, stops it, then on the plain server: one at a time."""
-    from specdec.models.bundle import BundleError
+    from specdec.models.bundle_chunks import BundleError
     from specdec.engines.llamacpp import PLAIN as PLAIN_LANE
     from specdec.engines.llamacpp import SPECULATIVE, LlamaCppSource, embedded_tokenizer, start_server
     from specdec.engines.llamacpp_build import BuildUnavailable, build

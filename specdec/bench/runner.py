@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m specdec.bench.runner ...` is `python -m specdec bench ...`: the same options (cli_args)."""
     import argparse
 
-    from specdec.models.bundle import BundleError
+    from specdec.models.bundle_chunks import BundleError
     from specdec.cli.args import add_bench_command_args
 
     parser = argparse.ArgumentParser(prog="python -m specdec.bench.runner", description=__doc__.splitlines()[0])

@@ -68,9 +68,9 @@ def activation_dtype(pair) -> torch.dtype:
 
 
 def _build_int8(pair) -> nn.Module:
-    from specdec.kernels.variants import _quantized, parse_variant
+    from specdec.kernels.variants import parse_variant, quantized_model
 
-    return _quantized(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
+    return quantized_model(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
 
 
 # --- q4k ------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def _build_q4k(pair) -> nn.Module:
 def _recipe(path: Path) -> Q4KRecipe:
     import gguf
 
-    from specdec.models.bundle import BUNDLE_NAME, _models
+    from specdec.models.bundle import BUNDLE_NAME, bundle_models
 
     try:
         from importlib.metadata import version
@@ -117,7 +117,7 @@ def _recipe(path: Path) -> Q4KRecipe:
         gguf_version = version("gguf")
     except Exception:  # noqa: BLE001 - a version we cannot read is simply part of the key
         gguf_version = getattr(gguf, "__version__", "unknown")
-    return Q4KRecipe(_models(BUNDLE_NAME)[0].sha256, FORMAT, torch.__version__, gguf_version, "gguf")
+    return Q4KRecipe(bundle_models(BUNDLE_NAME)[0].sha256, FORMAT, torch.__version__, gguf_version, "gguf")
 
 
 # The disk cache: the one place that calls specdec/variant_store's cache functions for kernels.

@@ -98,7 +98,7 @@ def target_model(pair, name: str = "int4") -> nn.Module:
         raise ValueError(f"a quantized target is int8 or int4, got {name!r}")
     key = f"target:{name}"
     if key not in pair.variants:
-        pair.variants[key] = _quantized(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
+        pair.variants[key] = quantized_model(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
     return pair.variants[key]
 
 
@@ -115,10 +115,10 @@ def load_or_build(pair, spec: VariantSpec) -> nn.Module:
     ids = head_ids(pair, spec) if spec.vocab else None
     if spec.bits is None:  # a truncated head on the draft's own weights: instant, nothing to cache
         return assemble(pair.draft.config, *stock_state(pair.draft, ids), pair.dtype, pair.device)
-    return _quantized(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
+    return quantized_model(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
 
 
-def _quantized(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
+def quantized_model(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
     """From the disk cache beside `base_dir` when it was built from the same inputs and its files are
     whole (specdec.kernels.variant_store); else quantize `base` and cache it."""
     from safetensors import SafetensorError

@@ -183,6 +183,7 @@ class Loader:
         tried = []
         if preset.bundle:
             from specdec.models import bundle
+            from specdec.models.bundle_chunks import BundleError
 
             missing = bundle.missing_packages(preset.bundle)
             if not missing or bundle.is_converted(preset.bundle):  # a converted copy needs no packages
@@ -191,7 +192,7 @@ class Loader:
                     pair = self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
                 except Exception as err:  # e.g. a truncated or damaged model.safetensors in the cache
                     reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
-                    raise bundle.BundleError(
+                    raise BundleError(
                         f"The converted copy of {preset.name!r} in {target_dir.parent} could not be loaded ({reason}). "
                         "Delete that folder (`make clean-cache`) and it is converted again on the next start."
                     ) from err

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.models import bundle
+from specdec.models.bundle_chunks import BundleError
 from specdec.serving import torch_thread
 from specdec.models.presets import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
 from specdec.models.dtypes import dtype_name
@@ -266,7 +267,7 @@ class PairStore:
 def describe(err: BaseException) -> str:
     """A one-line reason: our own errors as they are, others with their type and first line."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, (ValueError, bundle.BundleError)):
+    if isinstance(err, (ValueError, BundleError)):
         return text or type(err).__name__
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
