@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.engines.base import EngineError, template_prompt
+from specdec.engines.base import EngineError
+from specdec.models.prompt import template_prompt
 from specdec.engines.server import free_port
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 

@@ -13,6 +13,7 @@ import torch
 from specdec.models.dtypes import DTYPES, dtype_name
 from specdec.models.machine import native_bf16
 from specdec.models.presets import DEFAULT_PAIR, PairPreset, get_preset
+from specdec.models.prompt import template_prompt
 
 Progress = Callable[[float, str], None]
 
@@ -92,20 +93,13 @@ class ModelPair:
         return dtype_name(self.dtype)
 
     def encode_prompt(self, prompt: str, chat: bool, max_new_tokens: int) -> list[int]:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be non-empty text")
-        tok = self.tokenizer
-        if chat and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-        else:
-            ids = tok(prompt)["input_ids"]
+        ids = template_prompt(self.tokenizer, prompt, chat)
         if len(ids) + max_new_tokens > self.context:
             raise ValueError(
                 f"prompt is {len(ids)} tokens; with max_new_tokens={max_new_tokens} it exceeds the "
                 f"model's context of {self.context} tokens"
             )
-        return list(ids)
+        return ids
 
 
 def same_vocabulary(a, b) -> bool:
