@@ -30,7 +30,7 @@ VERSION = 1
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8")  # the flags that change which kernels run
+CPU_FLAGS = (*machine_facts.REPORTED_FLAGS, "amx_int8")  # the flags that change which kernels run (part of a table's key)
 
 _tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file
 
