@@ -1,7 +1,8 @@
 """Draft variants: the draft made cheaper for its target, never changing the output.
 
 The target checks every draft token, so the draft may be as approximate as we like: a cheaper
-draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`:
+draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`
+(the names and their parsing: specdec/core/variant_names.py):
 
 - weights `bf16`: the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
   quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what);
