@@ -24,7 +24,7 @@ HEIGHT = 260
 _AXIS = dict(gridcolor="rgba(128,128,128,0.25)", zerolinecolor="rgba(128,128,128,0.4)")
 
 
-def _figure(title: str, x_title: str, y_title: str, **layout) -> go.Figure:
+def titled_figure(title: str, x_title: str, y_title: str, **layout) -> go.Figure:
     """An empty figure in the project's style; `layout` adds or replaces top-level layout keys."""
     base = dict(
         title=dict(text=title, x=0.01, y=0.98, yanchor="top", font=dict(size=14)),
@@ -53,7 +53,7 @@ def acceptance_figure(events: Sequence[StepEvent] | None) -> go.Figure:
         drafted_sum += e.n_drafted
         running.append(acc_sum / drafted_sum if drafted_sum else None)  # None: a gap until something is drafted
 
-    fig = _figure(
+    fig = titled_figure(
         "Draft tokens per step", "step (target pass)", "draft tokens", barmode="stack", bargap=0.15,
         yaxis2=dict(title=dict(text="acceptance rate"), overlaying="y", side="right", range=[0, 1.05],
                     tickformat=".0%", dtick=0.25, showgrid=False),
@@ -77,7 +77,7 @@ def _cumulative(events: Sequence[StepEvent] | None) -> tuple[list[float], list[i
 
 def throughput_figure(spec_events: Sequence[StepEvent] | None, plain_events: Sequence[StepEvent] | None) -> go.Figure:
     """Cumulative new tokens over elapsed seconds for both runs; either may be empty while streaming."""
-    fig = _figure("Tokens over time (slope = tokens/s)", "seconds", "new tokens")
+    fig = titled_figure("Tokens over time (slope = tokens/s)", "seconds", "new tokens")
     for name, events, colour in [
         ("speculative", spec_events, palette.SPECULATIVE),
         ("plain", plain_events, palette.PLAIN),
@@ -95,7 +95,7 @@ def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
     drafted = [e.n_drafted for e in events]
     expected = expected_pass_counts(estimate_alpha(events), drafted) if any(drafted) else []
     x = list(range(1, max(max(counts, default=0), len(expected)) + 1)) if counts else []
-    fig = _figure("Tokens per target pass", "tokens emitted in one pass", "passes", bargap=0.15, showlegend=bool(expected))
+    fig = titled_figure("Tokens per target pass", "tokens emitted in one pass", "passes", bargap=0.15, showlegend=bool(expected))
     fig.layout.xaxis.dtick = 1
     fig.add_bar(x=x, y=[counts.get(n, 0) for n in x], name="measured", marker_color=palette.SPECULATIVE)
     if expected:

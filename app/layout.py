@@ -6,10 +6,10 @@ import json
 
 import gradio as gr
 
-from specdec.core.config import PRESETS
+from specdec.models.presets import PRESETS
 from specdec.models.pair import pick_device
-from specdec.kernels.target_kernels import KERNELS
-from specdec.kernels.variants import VARIANTS, default_variant
+from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.kernels.variants import default_variant
 
 from . import charts, engine_choice, export, how_it_works, present, render, replay, step_panel, theory
 from .page import ASSETS, PENDING, Page, StopFlag

@@ -11,7 +11,7 @@ from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, expected_tokens_per_pass, iso_speedup_grid, speedup_curve
 
 from . import palette
-from .charts import _figure
+from .charts import titled_figure
 
 KS = list(range(1, 17))
 TEXTBOOK = "#9ca3af"
@@ -35,7 +35,7 @@ def verify_cost_at(m, costs: PassCosts | None):
 def k_curve_figure(m=None, costs: PassCosts | None = None, sweep=(), run_k=None, run_speedup=None) -> go.Figure:
     """Predicted speedup for K = 1..16 from the run's alpha and c (textbook: verify cost 1; and with
     the verify cost), the best K marked, measured points of a sweep and of the run itself."""
-    fig = _figure("Speedup vs K", "K: draft tokens per step", "speedup over plain")
+    fig = titled_figure("Speedup vs K", "K: draft tokens per step", "speedup over plain")
     if m is not None and m.drafted and draft_c(m) is not None:
         c = draft_c(m)
         textbook = speedup_curve(m.alpha, c, lambda k: 1.0, KS)
@@ -64,7 +64,7 @@ def codesign_figure(k: int | None = None, verify_cost: float | None = None, poin
     """Iso-speedup contours over per-token acceptance (x) and c (y) for one K and verify cost,
     every drafter run so far as a labelled point, and `break_even` (name -> verify cost): one dashed
     break-even line per other kernel or engine, c = (E(alpha, K) - v) / K, where its drafts stop paying."""
-    fig = _figure("Co-design map: acceptance vs draft cost", "per-token acceptance \u03b1", "c: draft pass / decode step")
+    fig = titled_figure("Co-design map: acceptance vs draft cost", "per-token acceptance \u03b1", "c: draft pass / decode step")
     c_max = max([0.6] + [p.c * 1.15 for p in points if p.c is not None])
     if k and verify_cost:
         alphas = [i / 50 for i in range(50)]  # alpha = 1 is the limit K+1 tokens per pass; leave it out
@@ -103,7 +103,7 @@ def codesign_figure(k: int | None = None, verify_cost: float | None = None, poin
 def passcost_figure(costs: PassCosts | None = None, k: int | None = None, tables=None) -> go.Figure:
     """One target pass over n tokens (ms) on this machine, one draft pass beside it, K+1 marked;
     with `tables` (name -> PassCosts), one curve per target kernel (and llama.cpp)."""
-    fig = _figure("What a pass costs here", "tokens in one target pass", "milliseconds")
+    fig = titled_figure("What a pass costs here", "tokens in one target pass", "milliseconds")
     curves = dict(tables) if tables else ({"target pass": costs} if costs is not None else {})
     if not curves:
         return fig

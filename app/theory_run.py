@@ -31,7 +31,8 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
     cached positions, and one pass of the draft variant chosen on the page), and llama.cpp's own
     when the page has started its servers; every session of this process sees the new tables."""
     from specdec.measure import cost_table
-    from specdec.kernels.target_kernels import KERNELS, kernel_target
+    from specdec.core.variant_names import KERNELS
+    from specdec.kernels.target_kernels import kernel_target
 
     session, store = values[page.theory_state], shared_store()
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from specdec.serving import gpu_budget
-from specdec.core.config import GenerationConfig, PRESETS
+from specdec.core.config import GenerationConfig
+from specdec.models.presets import PRESETS
 from specdec.models.pair import pick_device
 from specdec.serving.pairs import shared_store
 from specdec.kernels.variants import default_variant

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec.core.config import DEFAULT_PAIR, GenerationConfig  # noqa: E402
+from specdec.core.config import GenerationConfig  # noqa: E402
+from specdec.models import machine  # noqa: E402
+from specdec.models.presets import DEFAULT_PAIR  # noqa: E402
 from specdec.models.pair import load_pair  # noqa: E402
 from specdec.bench.side_by_side import compare_runs  # noqa: E402
 from specdec.core.theory import expected_pass_counts, prediction_gap  # noqa: E402
@@ -31,13 +31,9 @@ from specdec.kernels.variants import default_variant  # noqa: E402
 
 
 def cpu_flags() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return "unknown"
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), platform.machine())
-    flags = "avx512_bf16" if "avx512_bf16" in out else ("avx2, no avx512_bf16" if "avx2" in out else "no avx2")
-    return f"{model} ({flags})"
+    flags = machine.cpu_flags()
+    kind = "avx512_bf16" if "avx512_bf16" in flags else ("avx2, no avx512_bf16" if "avx2" in flags else "no avx2")
+    return f"{machine.cpu_model()} ({kind})"
 
 
 def shape(events, alpha: float) -> str:
@@ -72,7 +68,7 @@ def main(argv=None) -> int:
     compare_runs(pair, prompts[0]["prompt"], replace(config, max_new_tokens=8), chat=prompts[0].get("chat"), with_plain=True)
 
     print(f"pair {pair.name}, {pair.device} {pair.dtype_name}, drafter {args.drafter} (draft variant {variant}), K = {args.k}, "
-          f"{args.max_new_tokens} new tokens, greedy; CPU {cpu_flags()}, {os.cpu_count()} cores\n")
+          f"{args.max_new_tokens} new tokens, greedy; CPU {cpu_flags()}, {machine.cores()} cores\n")
     print("| prompt | \u03b1 | accepted share | tokens / pass (expected from \u03b1) | passes with 1 / K+1 tokens (expected) | "
           "c | verify cost | measured | textbook (m/p) | with verify cost (m/p) | from passes (m/p) | same as plain |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=cmd_bench)
     add_engines_command(sub)
     args = parser.parse_args(argv)
-    from specdec.models.bundle import BundleError  # light: no torch
+    from specdec.models.bundle_chunks import BundleError  # light: no torch
     from specdec.engines.base import EngineError
 
     try:

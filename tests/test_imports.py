@@ -3,6 +3,8 @@ layer above it (lazy imports inside functions included; imports under `if TYPE_C
 annotations only and do not count)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specdec"
@@ -14,9 +16,6 @@ TOP = {"__main__"}
 # (importer, imported): an import against the layer order, with the reason it stays.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("bench.runner", "cli.args"): "the bench loads its pair through the command line's loader",
-    ("core.config", "kernels.target_kernels"): "validate checks the kernel name against the kernels",
-    ("core.config", "kernels.variants"): "validate checks the variant name against the variants",
-    ("record.run_file", "bench.runner"): "the record takes machine_info from the bench",
 }
 
 
@@ -123,3 +122,22 @@ def test_the_reading_sees_an_upward_import(tmp_path):
     probe.write_text("def f():\n    from specdec.bench.runner import run_bench\n")
     found = imports(probe, set(modules()))
     assert found == {"bench.runner"}
+
+
+def test_settings_are_checked_without_torch():
+    """GenerationConfig.validate checks variant and kernel names from core alone: importing the
+    settings and validating them (good names and bad) loads neither torch nor transformers."""
+    script = (
+        "import sys\n"
+        "from specdec.core.config import GenerationConfig\n"
+        "GenerationConfig(draft_variant='int4-v32k', target_kernel='q4k').validate()\n"
+        "for bad in ({'draft_variant': 'int3'}, {'target_kernel': 'fp8'}):\n"
+        "    try:\n"
+        "        GenerationConfig(**bad).validate()\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

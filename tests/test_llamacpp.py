@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.engines.base import EngineError, template_prompt
+from specdec.engines.base import EngineError
+from specdec.models.prompt import template_prompt
 from specdec.engines.server import free_port
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 
@@ -27,7 +28,7 @@ def _run(source, prompt_ids):
 @pytest.fixture(scope="session")
 def llamacpp():
     """Runs every prompt on the speculative server, stops it, then on the plain server: one at a time."""
-    from specdec.models.bundle import BundleError
+    from specdec.models.bundle_chunks import BundleError
     from specdec.engines.llamacpp import PLAIN as PLAIN_LANE
     from specdec.engines.llamacpp import SPECULATIVE, LlamaCppSource, embedded_tokenizer, start_server
     from specdec.engines.llamacpp_build import BuildUnavailable, build

@@ -3,7 +3,7 @@
 import pytest
 
 from specdec.serving import pairs
-from specdec.core.config import DEFAULT_PAIR
+from specdec.models.presets import DEFAULT_PAIR
 from specdec.models.pair import load_pair
 from specdec.serving.pairs import GB, Offer, PairStore, PairUnavailable
 

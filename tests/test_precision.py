@@ -13,7 +13,8 @@ import torch
 from conftest import run_checked, tokens
 from specdec.measure.compare import TIE_MARGIN, first_difference
 from specdec.core.config import GenerationConfig
-from specdec.models.pair import DTYPES, load_pair, pick_dtype
+from specdec.models.dtypes import DTYPES
+from specdec.models.pair import load_pair, pick_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 PRECISION = os.environ.get("SPECDEC_DTYPE") or "fp32"  # what the precision-marked tests run in

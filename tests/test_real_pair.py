@@ -5,7 +5,8 @@ import logging
 import pytest
 
 from specdec.models import bundle
-from specdec.core.config import DEFAULT_PAIR, GenerationConfig
+from specdec.core.config import GenerationConfig
+from specdec.models.presets import DEFAULT_PAIR
 from specdec.core.events import check_invariants
 
 pytestmark = pytest.mark.skipif(

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import make_hub_cache
 from specdec.models import bundle
-from specdec.core.config import DEFAULT_PAIR, get_preset
+from specdec.models.presets import DEFAULT_PAIR, get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not bundle.is_converted(), reason="converted embedded pair absent (make prepare)")

@@ -11,7 +11,8 @@ import torch
 from conftest import run_checked, tokens
 from specdec.kernels import q4k, target_kernels
 from specdec.core.config import GenerationConfig
-from specdec.kernels.target_kernels import KERNELS, Q4KRecipe, kernel_target, parse_kernel
+from specdec.core.variant_names import KERNELS, parse_kernel
+from specdec.kernels.target_kernels import Q4KRecipe, kernel_target
 
 gguf = pytest.importorskip("gguf")
 Q4_K = gguf.GGMLQuantizationType.Q4_K

@@ -11,7 +11,7 @@ from app.page import StopFlag
 from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.serving.pairs import Offer, PairStore
-from specdec.kernels.target_kernels import KERNELS
+from specdec.core.variant_names import KERNELS
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,14 @@ from conftest import run_checked, tokens
 from specdec.kernels import quant
 from specdec.kernels import variant_store
 from specdec.kernels import variants
+from specdec.models import machine
 from specdec.core.acceptance import speculative_sample
 from specdec.core.config import GenerationConfig
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
 from specdec.core.sampling import probs_from_logits
 from specdec.kernels.variant_store import SubsetHead
-from specdec.kernels.variants import VARIANTS, VariantSpec, parse_variant
+from specdec.core.variant_names import VARIANTS
+from specdec.kernels.variants import VariantSpec, parse_variant
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them
@@ -342,8 +344,8 @@ def test_stored_files_are_listed_with_size_and_hash(tiny_pair, tmp_path):
 def test_default_is_the_recorded_decision(monkeypatch):
     assert all(parse_variant(v) for v in variants.MEASURED_DEFAULTS.values())
     cpu = torch.device("cpu")
-    monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu-avx512_bf16")
+    monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu-avx512_bf16")
     assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "int4"
     assert variants.default_variant("tiny-random", cpu) == "bf16"  # not measured: the stock draft
-    monkeypatch.setattr(variants, "machine_kind", lambda device: "cpu")  # an AVX2-only CPU
+    monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu")  # an AVX2-only CPU
     assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "bf16"

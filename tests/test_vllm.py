@@ -241,8 +241,8 @@ VLLM_NEEDS_GB = 14  # measured: 13.0 GB (plain) to 16.5 GB (speculative) over it
 def served():
     """Every prompt on vLLM's speculative server, which is then stopped, then on its plain server:
     one server at a time (each takes several GB). fp32: exactness is tested in fp32."""
-    from specdec.models.bundle import BundleError
-    from specdec.engines.base import template_prompt
+    from specdec.models.bundle_chunks import BundleError
+    from specdec.models.prompt import template_prompt
     from specdec.engines.llamacpp import embedded_tokenizer
     from specdec.engines.vllm import PLAIN as PLAIN_LANE
     from specdec.engines.vllm import SPECULATIVE, start_server

@@ -5,63 +5,16 @@ specdec/bench/runner.py runs the modes and hands over plain records; everything 
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import platform
 import statistics
 
-import torch
-
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
-from specdec.models.pair import DTYPES, ModelPair
-
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # the ones that decide which kernels are fast here
+from specdec.models.machine import REPORTED_FLAGS
 
 
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
-
-
-def cpu_flags() -> list[str]:
-    """Which of CPU_FLAGS /proc/cpuinfo lists (what `lscpu | grep -o avx512_bf16` shows)."""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-            return [flag for flag in CPU_FLAGS if flag in flags]
-    return []
-
-
-def machine_info(pair: ModelPair) -> dict:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    ram_gb = None
-    with contextlib.suppress(OSError, StopIteration, ValueError):
-        with open("/proc/meminfo") as f:
-            ram_gb = round(int(next(line for line in f if line.startswith("MemTotal")).split()[1]) / 2**20, 1)
-    if pair.device.type == "cuda":
-        cpu += f" + {torch.cuda.get_device_name(pair.device)}"
-    import transformers
-
-    return {
-        "cpu": cpu,
-        "cpu_flags": cpu_flags(),
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "ram_gb": ram_gb,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "device": str(pair.device),
-        "dtype": dtype_name(pair.target.dtype),
-        "draft_dtype": dtype_name(pair.draft.dtype) if pair.draft is not None else None,
-    }
-
-
-def dtype_name(dt: torch.dtype) -> str:
-    return next(k for k, v in DTYPES.items() if v == dt)
 
 
 def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dict:
@@ -211,6 +164,6 @@ def table(report: dict) -> str:
         lines.append(f"spec measured/predicted (prefill excluded): textbook {lev['measured_over_textbook']:.2f}, with measured "
                      f"pass costs {lev['measured_over_with_costs']:.2f}, with measured costs and tokens per pass {lev['measured_over_from_passes']:.2f}")
     m = report["machine"]
-    lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(CPU_FLAGS)}, "
+    lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(REPORTED_FLAGS)}, "
                  f"torch {m['torch']}, transformers {m['transformers']}, {m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
     return "\n".join(lines)

@@ -20,15 +20,18 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
-from specdec.bench.report import geomean, machine_info, summarize_results, table
+from specdec.bench.report import geomean, summarize_results, table
 from specdec.kernels.cpu_linear import CpuLinear
 from specdec.measure.compare import departure, first_difference
 from specdec.core.config import MAX_K, GenerationConfig
 from specdec.measure.cost_table import costs_for
 from specdec.engines.assemble import build_decoding
 from specdec.measure.metrics import summarize
-from specdec.models.pair import DTYPES, ModelPair
-from specdec.kernels.target_kernels import kernel_target, parse_kernel, release
+from specdec.models.dtypes import DTYPES
+from specdec.models.machine import machine_info
+from specdec.models.pair import ModelPair
+from specdec.core.variant_names import parse_kernel
+from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json")
@@ -494,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m specdec.bench.runner ...` is `python -m specdec bench ...`: the same options (cli_args)."""
     import argparse
 
-    from specdec.models.bundle import BundleError
+    from specdec.models.bundle_chunks import BundleError
     from specdec.cli.args import add_bench_command_args
 
     parser = argparse.ArgumentParser(prog="python -m specdec.bench.runner", description=__doc__.splitlines()[0])

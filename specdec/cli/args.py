@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from specdec.core.config import DEFAULT_PAIR, DRAFTERS, K_POLICIES, MAX_K, PRESETS, GenerationConfig
-from specdec.kernels.target_kernels import KERNELS
-from specdec.kernels.variants import VARIANTS, default_variant
+from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, GenerationConfig
+from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.kernels.variants import default_variant
+from specdec.models.presets import DEFAULT_PAIR, PRESETS
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -85,7 +86,7 @@ def variant_names(args, pair) -> list[str]:
 
 def kernel_names(args) -> list[str]:
     """--target-kernel as a list of names (validated)."""
-    from specdec.kernels.target_kernels import parse_kernel
+    from specdec.core.variant_names import parse_kernel
 
     given = [parse_kernel(k.strip()) for k in (getattr(args, "target_kernel", None) or "bf16").split(",") if k.strip()]
     return list(dict.fromkeys(given)) or ["bf16"]
@@ -104,7 +105,7 @@ def load(args):
 def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     """Every option of `bench` (also `python -m specdec.bench.runner`)."""
     from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
-    from specdec.models.pair import DTYPES
+    from specdec.models.dtypes import DTYPES
 
     p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json"))
     add_model_args(p)

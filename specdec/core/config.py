@@ -1,9 +1,11 @@
-"""Frozen settings: how to generate, and which model pairs the project knows by name."""
+"""Frozen settings: how to generate (the model pairs the project knows by name: specdec/models/presets.py)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from specdec.core.variant_names import parse_kernel, variant_parts
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
@@ -25,8 +27,8 @@ class GenerationConfig:
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
-    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/kernels/variants.py)
-    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/kernels/target_kernels.py)
+    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/core/variant_names.py)
 
     @property
     def greedy(self) -> bool:
@@ -59,12 +61,8 @@ class GenerationConfig:
             raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
-        from specdec.kernels.variants import parse_variant  # raises naming draft_variant and the allowed names
-
-        parse_variant(self.draft_variant)
-        from specdec.kernels.target_kernels import parse_kernel  # raises naming target_kernel and the allowed names
-
-        parse_kernel(self.target_kernel)
+        variant_parts(self.draft_variant)  # raises naming draft_variant and the allowed names
+        parse_kernel(self.target_kernel)  # raises naming target_kernel and the allowed names
         return self
 
 
@@ -77,64 +75,3 @@ def _check_int(name: str, value, low: int, high: int | None) -> None:
     if not ok:
         allowed = f"in {low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class PairPreset:
-    name: str
-    target_id: str  # Hub id of the target model
-    draft_id: str  # Hub id of the draft model
-    description: str
-    bundle: str | None = None  # name of the offline bundle that provides this pair, if any
-    needs_gpu: bool = False  # too slow to be useful on a CPU
-    licence: str = ""
-    chat: bool = True  # instruction-tuned: wrap prompts in the chat template by default
-    params_b: float = 0.0  # billions of parameters of target + draft as loaded: sizes the memory check
-
-
-PRESETS: dict[str, PairPreset] = {
-    p.name: p
-    for p in [
-        PairPreset(
-            name="qwen2.5-coder-1.5b/0.5b",
-            target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            description="Qwen2.5-Coder 1.5B checked by a 0.5B draft; runs on a laptop CPU",
-            bundle="qwen2.5-coder-gguf",
-            licence="Apache-2.0",
-            params_b=2.4,  # the converted bundle stores the output embeddings apart: 1.78 B + 0.63 B
-        ),
-        PairPreset(
-            name="qwen2.5-coder-7b/0.5b",
-            target_id="Qwen/Qwen2.5-Coder-7B-Instruct",
-            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU",
-            needs_gpu=True,
-            licence="Apache-2.0",
-            params_b=8.1,  # 7.62 B + 0.49 B
-        ),
-        PairPreset(
-            name="smollm2-1.7b/135m",
-            target_id="HuggingFaceTB/SmolLM2-1.7B-Instruct",
-            draft_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-            description="SmolLM2 1.7B checked by a 135M draft",
-            licence="Apache-2.0",
-            params_b=1.85,  # 1.71 B + 0.135 B
-        ),
-        PairPreset(
-            name="tiny-random",
-            target_id="(built in code)",
-            draft_id="(built in code)",
-            description="tiny random models built in code, for tests and offline checks (output is gibberish)",
-            licence="(none: generated)",
-            chat=False,
-        ),
-    ]
-}
-DEFAULT_PAIR = "qwen2.5-coder-1.5b/0.5b"
-
-
-def get_preset(name: str) -> PairPreset:
-    if name not in PRESETS:
-        raise ValueError(f"pair must be one of {', '.join(PRESETS)}, got {name!r}")
-    return PRESETS[name]

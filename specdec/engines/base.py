@@ -30,17 +30,6 @@ class StepSource(Protocol):
         ...
 
 
-def template_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """The prompt's token ids as this project's engine builds them (chat template when asked and
-    the tokenizer has one), so a remote engine sees exactly the same prompt."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("prompt must be non-empty text")
-    if chat and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
-
-
 class StepAssembler:
     """Builds the events of one remote run, step by step, from what the engine says of each step.
 

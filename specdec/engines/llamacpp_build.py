@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from specdec.models import machine
 from specdec.models.bundle import cache_root
 from specdec.engines.base import EngineError
 
@@ -50,13 +51,8 @@ class BuildUnavailable(EngineError):
 
 def cpu_key() -> str:
     """A short hash of this CPU's architecture and feature flags (the flags GGML_NATIVE builds for)."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1] for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        flags = platform.processor()
-    text = platform.machine() + " " + " ".join(sorted(flags.split()))
+    flags = machine.cpu_flags() if machine.cpuinfo() is not None else platform.processor().split()
+    text = platform.machine() + " " + " ".join(sorted(flags))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

@@ -13,7 +13,8 @@ from typing import Iterator
 
 from specdec.core.config import GenerationConfig
 from specdec.core.events import StepEvent
-from specdec.engines.base import LLAMA_CPP, VLLM, EngineError, StepSource, template_prompt
+from specdec.engines.base import LLAMA_CPP, VLLM, EngineError, StepSource
+from specdec.models.prompt import template_prompt
 
 REMOTE_ENGINES = (LLAMA_CPP, VLLM)  # engines this module can read
 

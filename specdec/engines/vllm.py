@@ -19,7 +19,6 @@ sent (prompt included).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -28,6 +27,7 @@ from specdec.core.text import TextTracker
 from specdec.engines.base import VLLM, EngineError, StepAssembler
 from specdec.engines.server import Progress, ServerProcess, free_port
 from specdec.engines.stream import get_json, post_stream
+from specdec.models import machine
 
 K = 5  # draft tokens per step the speculative server is started with (num_speculative_tokens)
 CONTEXT = 2048  # --max-model-len: prompts and outputs here are a few hundred tokens
@@ -227,7 +227,7 @@ def server_env(threads: int | None = None) -> dict:
     our thread count without pinning (the machine is shared), no usage report over the network."""
     from specdec.engines.vllm_env import vllm_cache_dir
 
-    threads = threads or os.cpu_count() or 1
+    threads = threads or machine.cores() or 1
     return {
         "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB),
         "VLLM_CACHE_ROOT": str(vllm_cache_dir()),
@@ -243,12 +243,9 @@ def default_dtype() -> str:
     """The project's automatic precision, in vLLM's words: bfloat16 where the CPU runs it natively
     (AVX-512 BF16 or AMX), float32 otherwise (on AVX2 vLLM's bf16 matmuls fall back from oneDNN to
     emulated torch kernels: "Failed to create oneDNN linear, fallback to torch linear")."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:
+    if machine.cpuinfo() is None:
         return "auto"  # not Linux: vLLM decides
-    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+    return "bfloat16" if set(machine.cpu_flags()) & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
 def start_server(lane: str, *, k: int = K, dtype: str | None = None, port: int | None = None, threads: int | None = None,

@@ -10,19 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from specdec.models.machine import native_bf16
+
 SMALL_BATCH_ROWS = 64  # fp32: up to this many tokens per pass the transposed product is faster (measured)
 UPCAST_ROWS = 16  # bf16/fp16 without hardware support: from this many tokens on, compute in fp32
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bf16 products natively (AVX-512 BF16 or AMX), as oneDNN reports it."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-NATIVE_BF16 = native_bf16()
+NATIVE_BF16 = native_bf16()  # read once: the CPU does not change under a running process
 
 
 class CpuLinear(TorchFunctionMode):

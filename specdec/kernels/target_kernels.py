@@ -31,19 +31,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-KERNELS = ("bf16", "int8", "q4k")
+from specdec.core.variant_names import parse_kernel
+from specdec.models import machine
+
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
 
-# Activation dtype of the quantized kernels by kind of machine (variants.machine_kind), measured
+# Activation dtype of the quantized kernels by kind of machine (specdec.models.machine.machine_kind), measured
 # per machine (docs/benchmarks.md, "Target kernels"); a machine not listed takes bf16 on a CPU.
 ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
-
-
-def parse_kernel(name) -> str:
-    """The name, or ValueError naming the field and the allowed names."""
-    if not isinstance(name, str) or name not in KERNELS:
-        raise ValueError(f"target_kernel must be one of {', '.join(KERNELS)}, got {name!r}")
-    return name
 
 
 def kernel_target(pair, name: str) -> nn.Module:
@@ -67,17 +62,15 @@ def release(pair, keep: str | None = None) -> None:
 
 
 def activation_dtype(pair) -> torch.dtype:
-    from specdec.kernels.variants import machine_kind
-
     if pair.device.type != "cpu":
         return pair.dtype
-    return ACTIVATION.get(machine_kind(pair.device), torch.bfloat16)
+    return ACTIVATION.get(machine.machine_kind(pair.device), torch.bfloat16)
 
 
 def _build_int8(pair) -> nn.Module:
-    from specdec.kernels.variants import _quantized, parse_variant
+    from specdec.kernels.variants import parse_variant, quantized_model
 
-    return _quantized(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
+    return quantized_model(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
 
 
 # --- q4k ------------------------------------------------------------------------------------------
@@ -116,7 +109,7 @@ def _build_q4k(pair) -> nn.Module:
 def _recipe(path: Path) -> Q4KRecipe:
     import gguf
 
-    from specdec.models.bundle import BUNDLE_NAME, _models
+    from specdec.models.bundle import BUNDLE_NAME, bundle_models
 
     try:
         from importlib.metadata import version
@@ -124,7 +117,7 @@ def _recipe(path: Path) -> Q4KRecipe:
         gguf_version = version("gguf")
     except Exception:  # noqa: BLE001 - a version we cannot read is simply part of the key
         gguf_version = getattr(gguf, "__version__", "unknown")
-    return Q4KRecipe(_models(BUNDLE_NAME)[0].sha256, FORMAT, torch.__version__, gguf_version, "gguf")
+    return Q4KRecipe(bundle_models(BUNDLE_NAME)[0].sha256, FORMAT, torch.__version__, gguf_version, "gguf")
 
 
 # The disk cache: the one place that calls specdec/variant_store's cache functions for kernels.

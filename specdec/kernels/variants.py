@@ -1,7 +1,8 @@
 """Draft variants: the draft made cheaper for its target, never changing the output.
 
 The target checks every draft token, so the draft may be as approximate as we like: a cheaper
-draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`:
+draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`
+(the names and their parsing: specdec/core/variant_names.py):
 
 - weights `bf16`: the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
   quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what);
@@ -26,14 +27,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specdec.core.variant_names import variant_parts
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
+from specdec.models import machine
 from specdec.models.vocab_subset import frequency_order, subset_ids
 
-WEIGHTS = {"bf16": None, "int8": 8, "int4": 4}  # name -> bits of the decoder layers (None: as loaded)
-HEADS = {"": None, "-v16k": 16384, "-v32k": 32768}  # suffix -> tokens the draft head scores (None: all)
-VARIANTS = tuple(w + h for w in WEIGHTS for h in HEADS)
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,7 @@ class VariantSpec:
 
 def parse_variant(name) -> VariantSpec:
     """`int4-v32k` -> VariantSpec(bits=4, vocab=32768); ValueError naming the field otherwise."""
-    if not isinstance(name, str) or name not in VARIANTS:
-        raise ValueError(f"draft_variant must be one of {', '.join(VARIANTS)}, got {name!r}")
-    weights, _, head = name.partition("-")
-    return VariantSpec(name, WEIGHTS[weights], HEADS["-" + head if head else ""])
+    return VariantSpec(name, *variant_parts(name))
 
 
 # --- getting a variant ----------------------------------------------------------------------------
@@ -102,7 +99,7 @@ def target_model(pair, name: str = "int4") -> nn.Module:
         raise ValueError(f"a quantized target is int8 or int4, got {name!r}")
     key = f"target:{name}"
     if key not in pair.variants:
-        pair.variants[key] = _quantized(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
+        pair.variants[key] = quantized_model(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
     return pair.variants[key]
 
 
@@ -119,10 +116,10 @@ def load_or_build(pair, spec: VariantSpec) -> nn.Module:
     ids = head_ids(pair, spec) if spec.vocab else None
     if spec.bits is None:  # a truncated head on the draft's own weights: instant, nothing to cache
         return assemble(pair.draft.config, *stock_state(pair.draft, ids), pair.dtype, pair.device)
-    return _quantized(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
+    return quantized_model(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
 
 
-def _quantized(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
+def quantized_model(base: nn.Module, base_dir: Path | None, spec: VariantSpec, ids, dtype, device) -> nn.Module:
     """From the disk cache beside `base_dir` when it was built from the same inputs and its files are
     whole (specdec.kernels.variant_store); else quantize `base` and cache it."""
     from safetensors import SafetensorError
@@ -154,20 +151,11 @@ def resident_gb(model: nn.Module | None) -> float | None:
 # --- the measured default -------------------------------------------------------------------------
 
 # The recorded decision (docs/benchmarks.md, "The default draft variant"): the variant that won the
-# bench prompt set, per pair and kind of machine it was measured on. Anything not measured keeps
+# bench prompt set, per pair and kind of machine it was measured on (machine.machine_kind). Anything not measured keeps
 # the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
 # lose most of their agreement in int4).
 MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
 
 
-def machine_kind(device: torch.device) -> str:
-    """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu."""
-    from specdec.kernels.cpu_linear import NATIVE_BF16
-
-    if device.type != "cpu":
-        return device.type
-    return "cpu-avx512_bf16" if NATIVE_BF16 else "cpu"
-
-
 def default_variant(pair_name: str, device: torch.device) -> str:
-    return MEASURED_DEFAULTS.get((pair_name, machine_kind(device)), "bf16")
+    return MEASURED_DEFAULTS.get((pair_name, machine.machine_kind(device)), "bf16")

@@ -12,17 +12,16 @@ per one-token pass); tiny-random, a fraction of a second.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import time
 from pathlib import Path
 
 import torch
 
+from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
 from specdec.measure.passcost import PassCosts, measure_models, passes_to_time
 
@@ -31,7 +30,7 @@ VERSION = 1
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8")  # the flags that change which kernels run
+CPU_FLAGS = (*machine_facts.REPORTED_FLAGS, "amx_int8")  # the flags that change which kernels run (part of a table's key)
 
 _tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file
 
@@ -42,16 +41,8 @@ def machine(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         return info
-    cpu, flags = "", set()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and not cpu:
-                    cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    cpu = cpu or platform.processor() or platform.machine()
-    info["cpu"] = cpu
+    flags = machine_facts.cpu_flags()
+    info["cpu"] = machine_facts.cpu_model()
     info["cpu_flags"] = [f for f in CPU_FLAGS if f in flags]
     return info
 

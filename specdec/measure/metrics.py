@@ -72,6 +72,53 @@ class RunMetrics:
         return {**asdict(self), "acceptance_rate": self.acceptance_rate}
 
 
+@dataclass(frozen=True)
+class _StepTimes:
+    """What the run's step times say, in seconds (None: the engine does not time that part apart)."""
+
+    draft_pass_s: float | None
+    model_draft_pass_s: float | None
+    verify_pass_s: float | None
+    target_pass_s: float | None
+    step_s: float
+    one_token: list[float]  # target passes of the steps that drafted nothing
+    timed: bool  # the engine timed drafting and the target pass apart (a remote engine does not)
+
+
+def _step_times(events: list[StepEvent], drafting: list[StepEvent], by_model: list[StepEvent], drafted: int) -> _StepTimes:
+    model_drafted = sum(e.n_drafted for e in by_model)
+    if not all(e.draft_s is not None and e.verify_s is not None for e in events):
+        # A remote engine reports neither: a step lasts from the previous step's arrival to its own.
+        seconds = events[-1].elapsed_s if events else 0.0
+        return _StepTimes(None, None, None, None, seconds / len(events) if events else 0.0, [], timed=False)
+    return _StepTimes(
+        draft_pass_s=sum(e.draft_s for e in drafting) / drafted if drafted else 0.0,
+        model_draft_pass_s=sum(e.draft_s for e in by_model) / model_drafted if model_drafted else None,
+        verify_pass_s=statistics.fmean(e.verify_s for e in drafting) if drafting else 0.0,
+        target_pass_s=statistics.median(e.verify_s for e in events) if events else 0.0,
+        step_s=statistics.fmean(e.draft_s + e.verify_s for e in events) if events else 0.0,
+        one_token=[e.verify_s for e in events if not e.n_drafted],
+        timed=True,
+    )
+
+
+def _predictions(times: _StepTimes, decode_step_s: float | None, expected: float, mean_k: float,
+                 tokens_per_step: float, drafted_any: bool) -> tuple:
+    """(c, draft model's c, verify cost, textbook, with verify cost, from passes): all None without
+    a decode step; only the accounting (from passes) when the engine does not time steps apart."""
+    c = draft_c = verify = textbook = with_verify = from_passes = None
+    if decode_step_s and not times.timed:  # only the accounting needs no time apart
+        from_passes = tokens_per_step * decode_step_s / times.step_s if times.step_s > 0 else None
+    elif decode_step_s:
+        c = times.draft_pass_s / decode_step_s
+        draft_c = times.model_draft_pass_s / decode_step_s if times.model_draft_pass_s is not None else None
+        verify = times.verify_pass_s / decode_step_s if drafted_any else 1.0
+        textbook = expected / (mean_k * c + 1)
+        with_verify = expected / (mean_k * c + verify)
+        from_passes = tokens_per_step * decode_step_s / times.step_s if times.step_s > 0 else None
+    return c, draft_c, verify, textbook, with_verify, from_passes
+
+
 def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, decode_step_from: str = "") -> RunMetrics:
     """Summarise a run. `decode_step_s`: one plain decode step of the target, when known from
     elsewhere (see summarize_runs); else the run's own one-token steps, if it has any."""
@@ -81,22 +128,11 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     accepted = sum(e.accepted for e in events)
     seconds = events[-1].elapsed_s if events else 0.0
     drafting = [e for e in events if e.n_drafted]
-    timed = all(e.draft_s is not None and e.verify_s is not None for e in events)  # a remote engine reports neither
     by_model = [e for e in drafting if e.drafter == "model"]
     mean_k = statistics.fmean(e.n_drafted for e in drafting) if drafting else 0.0
-    model_drafted = sum(e.n_drafted for e in by_model)
-    if timed:
-        draft_pass_s = sum(e.draft_s for e in drafting) / drafted if drafted else 0.0
-        model_draft_pass_s = sum(e.draft_s for e in by_model) / model_drafted if model_drafted else None
-        verify_pass_s = statistics.fmean(e.verify_s for e in drafting) if drafting else 0.0
-        step_s = statistics.fmean(e.draft_s + e.verify_s for e in events) if events else 0.0
-        one_token = [e.verify_s for e in events if not e.n_drafted]
-    else:  # steps timed only by arrival: a step lasts from the previous step's arrival to its own
-        draft_pass_s = model_draft_pass_s = verify_pass_s = None
-        step_s = seconds / passes if passes else 0.0
-        one_token = []
-    if decode_step_s is None and one_token:
-        decode_step_s, decode_step_from = statistics.fmean(one_token), FROM_OWN_STEPS
+    times = _step_times(events, drafting, by_model, drafted)
+    if decode_step_s is None and times.one_token:
+        decode_step_s, decode_step_from = statistics.fmean(times.one_token), FROM_OWN_STEPS
     if decode_step_s is None:
         decode_step_from = ""
     alpha = estimate_alpha(events)
@@ -105,44 +141,18 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     counts = expected_pass_counts(alpha, [len(e.drafted) for e in drafting])
     expected = sum(n * count for n, count in enumerate(counts, 1)) / len(drafting) if drafting else 1.0
     tokens_per_step = tokens / passes if passes else 0.0
-
-    c = draft_c = verify = textbook = with_verify = from_passes = None
-    if decode_step_s and not timed:  # only the accounting needs no time apart
-        from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
-    elif decode_step_s:
-        c = draft_pass_s / decode_step_s
-        draft_c = model_draft_pass_s / decode_step_s if model_draft_pass_s is not None else None
-        verify = verify_pass_s / decode_step_s if drafting else 1.0
-        textbook = expected / (mean_k * c + 1)
-        with_verify = expected / (mean_k * c + verify)
-        from_passes = tokens_per_step * decode_step_s / step_s if step_s > 0 else None
+    c, draft_c, verify, textbook, with_verify, from_passes = _predictions(
+        times, decode_step_s, expected, mean_k, tokens_per_step, bool(drafting))
     return RunMetrics(
-        tokens=tokens,
-        target_passes=passes,
-        drafted=drafted,
-        accepted=accepted,
-        rejections=sum(1 for e in events if e.accepted < e.n_drafted),
-        alpha=alpha,
-        accepted_share=accepted / drafted if drafted else 0.0,
-        tokens_per_step=tokens_per_step,
-        expected_tokens_per_pass=expected,
-        seconds=seconds,
-        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-        mean_k=mean_k,
-        model_steps=len(by_model),
-        lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
-        draft_pass_s=draft_pass_s,
-        model_draft_pass_s=model_draft_pass_s,
-        target_pass_s=(statistics.median(e.verify_s for e in events) if events else 0.0) if timed else None,
-        verify_pass_s=verify_pass_s,
-        step_s=step_s,
-        decode_step_s=decode_step_s,
-        decode_step_from=decode_step_from,
-        cost_ratio_c=c,
-        draft_model_c=draft_c,
-        verify_cost=verify,
-        predicted_speedup=textbook,
-        predicted_speedup_with_verify_cost=with_verify,
+        tokens=tokens, target_passes=passes, drafted=drafted, accepted=accepted,
+        rejections=sum(1 for e in events if e.accepted < e.n_drafted), alpha=alpha,
+        accepted_share=accepted / drafted if drafted else 0.0, tokens_per_step=tokens_per_step,
+        expected_tokens_per_pass=expected, seconds=seconds, tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        mean_k=mean_k, model_steps=len(by_model), lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
+        draft_pass_s=times.draft_pass_s, model_draft_pass_s=times.model_draft_pass_s, target_pass_s=times.target_pass_s,
+        verify_pass_s=times.verify_pass_s, step_s=times.step_s, decode_step_s=decode_step_s,
+        decode_step_from=decode_step_from, cost_ratio_c=c, draft_model_c=draft_c, verify_cost=verify,
+        predicted_speedup=textbook, predicted_speedup_with_verify_cost=with_verify,
         predicted_speedup_from_passes=from_passes,
     )
 

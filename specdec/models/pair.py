@@ -10,10 +10,12 @@ from pathlib import Path
 
 import torch
 
-from specdec.core.config import DEFAULT_PAIR, PairPreset, get_preset
+from specdec.models.dtypes import DTYPES, dtype_name
+from specdec.models.machine import native_bf16
+from specdec.models.presets import DEFAULT_PAIR, PairPreset, get_preset
+from specdec.models.prompt import template_prompt
 
 Progress = Callable[[float, str], None]
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -49,11 +51,7 @@ def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
         return DTYPES[name]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    try:
-        native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    except (AttributeError, RuntimeError):
-        native_bf16 = False
-    return torch.bfloat16 if native_bf16 else torch.float32
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 @dataclass
@@ -92,23 +90,16 @@ class ModelPair:
 
     @property
     def dtype_name(self) -> str:
-        return next(k for k, v in DTYPES.items() if v == self.dtype)
+        return dtype_name(self.dtype)
 
     def encode_prompt(self, prompt: str, chat: bool, max_new_tokens: int) -> list[int]:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be non-empty text")
-        tok = self.tokenizer
-        if chat and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-        else:
-            ids = tok(prompt)["input_ids"]
+        ids = template_prompt(self.tokenizer, prompt, chat)
         if len(ids) + max_new_tokens > self.context:
             raise ValueError(
                 f"prompt is {len(ids)} tokens; with max_new_tokens={max_new_tokens} it exceeds the "
                 f"model's context of {self.context} tokens"
             )
-        return list(ids)
+        return ids
 
 
 def same_vocabulary(a, b) -> bool:
@@ -186,6 +177,7 @@ class Loader:
         tried = []
         if preset.bundle:
             from specdec.models import bundle
+            from specdec.models.bundle_chunks import BundleError
 
             missing = bundle.missing_packages(preset.bundle)
             if not missing or bundle.is_converted(preset.bundle):  # a converted copy needs no packages
@@ -194,7 +186,7 @@ class Loader:
                     pair = self.from_sources(preset.name, str(target_dir), str(draft_dir), preset.chat, "embedded bundle")
                 except Exception as err:  # e.g. a truncated or damaged model.safetensors in the cache
                     reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
-                    raise bundle.BundleError(
+                    raise BundleError(
                         f"The converted copy of {preset.name!r} in {target_dir.parent} could not be loaded ({reason}). "
                         "Delete that folder (`make clean-cache`) and it is converted again on the next start."
                     ) from err

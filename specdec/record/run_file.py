@@ -9,7 +9,6 @@ field that is wrong, so a talk never shows a half-read run.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -79,7 +78,7 @@ class RunRecord:
 
 def pair_info(pair) -> dict:
     """The pair as the record keeps it (a ModelPair has tensors; the record keeps only names)."""
-    from specdec.core.config import PRESETS
+    from specdec.models.presets import PRESETS
 
     preset = PRESETS.get(pair.name)
     return {
@@ -94,16 +93,9 @@ def pair_info(pair) -> dict:
 
 def machine_info(pair) -> dict:
     """The benchmark's machine description plus the CPU flag that decides how fast bf16 runs."""
-    from specdec.bench.runner import machine_info as bench_machine
+    from specdec.models import machine
 
-    info = bench_machine(pair)
-    flags = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    info["avx512_bf16"] = "avx512_bf16" in flags.split()
-    info["platform"] = platform.platform()
-    return info
+    return {**machine.machine_info(pair), "avx512_bf16": "avx512_bf16" in machine.cpu_flags(), "platform": platform.platform()}
 
 
 def now_utc() -> str:

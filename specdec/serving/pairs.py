@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.models import bundle
+from specdec.models.bundle_chunks import BundleError
 from specdec.serving import torch_thread
-from specdec.core.config import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
-from specdec.models.pair import DTYPES, ModelPair, Progress, build_pair, pick_device, pick_dtype
+from specdec.models.presets import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
+from specdec.models.dtypes import dtype_name
+from specdec.models.pair import ModelPair, Progress, build_pair, pick_device, pick_dtype
 
 PAIRS_ENV = "SPECDEC_PAIRS"  # comma-separated preset names visitors may pick
 PAIR_ENV = "SPECDEC_PAIR"  # the default preset
@@ -255,7 +257,7 @@ class PairStore:
         free = self._free_memory() if idle else free
         if free is not None and need > free:
             where = "GPU" if self._device.type == "cuda" else "RAM"
-            dtype = next(k for k, v in DTYPES.items() if v == self._dtype)
+            dtype = dtype_name(self._dtype)
             raise PairUnavailable(
                 f"pair {name!r} needs about {need / GB:.1f} GB of {where} in {dtype}, and {free / GB:.1f} GB is free "
                 f"with {', '.join(self.loaded()) or 'nothing'} loaded; the pair in use keeps serving"
@@ -265,7 +267,7 @@ class PairStore:
 def describe(err: BaseException) -> str:
     """A one-line reason: our own errors as they are, others with their type and first line."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, (ValueError, bundle.BundleError)):
+    if isinstance(err, (ValueError, BundleError)):
         return text or type(err).__name__
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
