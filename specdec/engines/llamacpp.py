@@ -175,7 +175,7 @@ class LlamaCppSource:
             self._check_lane(where, counters, cut.received)
         self._add_held_tail(cut, counters)
         held = cut.close()
-        self._fill(where, cut, prompt_ids)
+        self._fill(cut, prompt_ids)
         for step in held:
             yield self._event(steps, *step, max_new_tokens)
         if self.speculative and cut.seen == (0, 0) and cut.received >= 4:
@@ -208,7 +208,7 @@ class LlamaCppSource:
         finish = FINISH_EOS if last in self.eos_ids else FINISH_LENGTH if steps.total + len(ids) >= max_new_tokens else None
         return steps.event(ids, drafted, accepted, elapsed, finish)
 
-    def _fill(self, where: str, cut: StepCutter, prompt_ids: list[int]) -> None:
+    def _fill(self, cut: StepCutter, prompt_ids: list[int]) -> None:
         """Put the ids still unknown in place: from the final chunk's list of every generated id where
         the server sends one, else from the server's greedy continuation of the known prefix, asked
         for once (the tokens from the first unknown one to the end)."""
