@@ -7,7 +7,13 @@ project's tokenizer, so the server sees exactly the prompt our engine sees), and
 step, before the step's tokens are sent, so a chunk whose counters differ from the last ones opens
 a new step of (accepted + 1) tokens: its accepted drafts, then the target's own token. A token with
 unchanged counters after a complete step is a step that drafted nothing (the first token comes from
-the prompt pass; near the length limit the server drafts no more than fits).
+the prompt pass; near the length limit the server drafts no more than fits). The cutting is in
+llamacpp_steps.py.
+
+A token that ends half a UTF-8 character (an emoji, a rarer CJK character) gets no chunk of its
+own: the next chunk carries the text of both and its own id only. The gap shows in the chunk's
+position, and the missing ids are recovered from that text (held_tokens.py); tokens held back at
+the very end of a run, which no chunk follows, are asked for once after the stream.
 
 What llama-server does not send stays None: the rejected drafts' ids and text (only their count),
 p_target and p_draft, logit margins, and the draft and verify seconds apart (elapsed_s is the
@@ -22,7 +28,9 @@ from typing import Iterator
 from specdec.core.events import FINISH_EOS, FINISH_LENGTH, StepEvent
 from specdec.engines.base import LLAMA_CPP, EngineError, StepAssembler
 from specdec.engines.server import Progress, ServerProcess, free_port
-from specdec.engines.stream import get_json, post_stream
+from specdec.engines.held_tokens import HeldTokens
+from specdec.engines.llamacpp_steps import StepCutter, fill
+from specdec.engines.stream import get_json, post_json, post_stream
 
 K = 5  # draft tokens per step the speculative server is started with (--spec-draft-n-max)
 CONTEXT = 2048  # tokens of context per server: prompts and outputs here are a few hundred
@@ -126,6 +134,7 @@ class LlamaCppSource:
     def __init__(self, base_url: str, tokenizer, *, speculative: bool, eos_ids=(), timeout: float = 120.0):
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
+        self.held = HeldTokens(tokenizer)  # recovers the ids of tokens the server sent no chunk for
         self.speculative = speculative
         self.eos_ids = frozenset(eos_ids) or eos_ids_of(tokenizer)  # tokens that end a run: its last event says "eos"
         self.timeout = timeout  # seconds to wait for each chunk
@@ -145,13 +154,9 @@ class LlamaCppSource:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         steps = StepAssembler(self.engine, self.tokenizer, prompt_ids)
         self.final = None
-        seen = (0, 0)  # the counters (draft_n, draft_n_accepted) at the start of the current step
-        step: list[int | None] = []  # ids received of the current step (None: held back by the server, see below)
-        drafted = accepted = 0  # the current step's share of the counters
-        done: list[tuple] = []  # complete steps not yet yielded: (ids, drafted, accepted, elapsed)
-        received = 0  # tokens accounted for so far
         where = f"{self.engine} at {self.base_url}"
-        elapsed = 0.0
+        cut = StepCutter(where, self.eos_ids, max_new_tokens)
+        counters = (0, 0)
         for elapsed, chunk in post_stream(self.engine, self.base_url, "/completion", self.request(prompt_ids, max_new_tokens), self.timeout):
             if chunk.get("stop") is True:
                 self.final = chunk
@@ -162,56 +167,69 @@ class LlamaCppSource:
             if not isinstance(ids, list) or not isinstance(timings, dict):
                 raise EngineError(f"{where} answered something else: a stream chunk without token ids and timings "
                                   "(is it llama.cpp's llama-server?)")
-            # llama-server sends no chunk for a token that leaves a UTF-8 character unfinished; the
-            # next chunk's position (tokens_predicted) shows the gap. Its id arrives with the final
-            # chunk; the steps from there on wait for it.
-            position = chunk.get("tokens_predicted")
-            missing = position - received - len(ids) if isinstance(position, int) else 0
-            counters = (int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))  # absent until a draft
-            for token in [None] * max(0, missing) + ids:
-                received += 1
-                if counters != seen and not step:  # the counters moved: a verify step starts with this token
-                    drafted, accepted = counters[0] - seen[0], counters[1] - seen[1]
-                    seen = counters
-                elif counters != seen:  # llama-server never continues after a step it cut short
-                    raise EngineError(f"{where}: a step of {len(step)} tokens was followed by another before its {accepted + 1}")
-                elif not step:  # nothing drafted: one token from one target pass
-                    drafted = accepted = 0
-                step.append(token)
-                if len(step) == accepted + 1 or token in self.eos_ids or received >= max_new_tokens:
-                    done.append((step, drafted, accepted, elapsed))
-                    step = []
-            while done and None not in done[0][0]:  # yield every complete step whose ids are all known
-                yield self._event(steps, *done.pop(0), max_new_tokens)
-            self._check_lane(where, counters, received)
-        if step:  # the stream ended inside a step (a stop the server found that we do not look for)
-            done.append((step, drafted, accepted, elapsed))
-        if done:
-            self._fill(where, done)
-            for held in done:
-                yield self._event(steps, *held, max_new_tokens)
-        if self.speculative and seen == (0, 0) and received >= 4:
-            raise EngineError(self._off(where, received))
+            counters = draft_counters(timings)
+            tokens = self._with_held(chunk, ids, cut.received)
+            cut.add(tokens, counters, elapsed, held=len(tokens) - len(ids))
+            for step in cut.ready():
+                yield self._event(steps, *step, max_new_tokens)
+            self._check_lane(where, counters, cut.received)
+        self._add_held_tail(cut, counters)
+        held = cut.close()
+        self._fill(cut, prompt_ids)
+        for step in held:
+            yield self._event(steps, *step, max_new_tokens)
+        if self.speculative and cut.seen == (0, 0) and cut.received >= 4:
+            raise EngineError(self._off(where, cut.received))
+
+    def _with_held(self, chunk: dict, ids: list[int], received: int) -> list[int | None]:
+        """The chunk's ids, preceded by those of tokens the server held back: it sends no chunk for a
+        token that leaves a UTF-8 character unfinished, and the next chunk's position
+        (tokens_predicted) shows the gap. Their ids come from the chunk's text (held_tokens.py);
+        where that cannot tell, they stay None until the run's end (see _fill)."""
+        position = chunk.get("tokens_predicted")
+        missing = position - received - len(ids) if isinstance(position, int) else 0
+        if missing <= 0:
+            return list(ids)
+        text = chunk.get("content")
+        recovered = self.held.recover(text, ids[-1], missing) if isinstance(text, str) and len(ids) == 1 else None
+        return (recovered or [None] * missing) + list(ids)
+
+    def _add_held_tail(self, cut: StepCutter, counters: tuple[int, int]) -> None:
+        """Tokens held back at the very end (the run stopped inside a character): the final chunk counts them."""
+        final = self.final or {}
+        total = final.get("tokens_predicted")
+        if isinstance(total, int) and total > cut.received:
+            timings = final.get("timings")
+            missing = min(total - cut.received, cut.max_new_tokens - cut.received)
+            cut.add([None] * missing, draft_counters(timings) if isinstance(timings, dict) else counters, cut.elapsed, held=missing)
 
     def _event(self, steps: StepAssembler, ids, drafted, accepted, elapsed, max_new_tokens) -> StepEvent:
         last = ids[-1]
         finish = FINISH_EOS if last in self.eos_ids else FINISH_LENGTH if steps.total + len(ids) >= max_new_tokens else None
         return steps.event(ids, drafted, accepted, elapsed, finish)
 
-    def _fill(self, where: str, held: list[tuple]) -> None:
-        """Put the ids of held-back tokens in place, from the final chunk's list of every generated id."""
-        if not any(None in ids for ids, *_ in held):
+    def _fill(self, cut: StepCutter, prompt_ids: list[int]) -> None:
+        """Put the ids still unknown in place: from the final chunk's list of every generated id where
+        the server sends one, else from the server's greedy continuation of the known prefix, asked
+        for once (the tokens from the first unknown one to the end)."""
+        if not any(None in ids for ids, *_ in cut.done):
             return
         every = (self.final or {}).get("tokens")
-        if not isinstance(every, list) or len(every) < sum(len(ids) for ids, *_ in held):
-            raise EngineError(f"{where} held back a token (half a UTF-8 character) and its final chunk does not list "
-                              "the generated ids, so that token's id is unknown")
-        start = len(every) - sum(len(ids) for ids, *_ in held)  # the held steps are the run's last tokens
-        for ids, *_ in held:
-            for i in range(len(ids)):
-                if ids[i] is None:
-                    ids[i] = every[start + i]
-            start += len(ids)
+        if not isinstance(every, list) or len(every) < sum(len(ids) for ids, *_ in cut.done):
+            known = cut.known_prefix()
+            every = self.continuation(list(prompt_ids) + known, cut.received - len(known))
+        fill(cut.done, every)
+
+    def continuation(self, prompt_ids: list[int], n: int) -> list[int]:
+        """The server's next `n` greedy token ids after `prompt_ids`, in one request without streaming."""
+        answer = post_json(self.engine, self.base_url, "/completion", {
+            "prompt": prompt_ids, "n_predict": n, "stream": False, "return_tokens": True, "temperature": 0.0,
+            "cache_prompt": True}, self.timeout)
+        ids = answer.get("tokens")
+        if not isinstance(ids, list) or len(ids) != n:
+            raise EngineError(f"{self.engine} at {self.base_url} held back {n} token(s) (half a UTF-8 character) and "
+                              f"did not list their ids when asked again (got {ids!r:.80})")
+        return ids
 
     def _check_lane(self, where: str, counters: tuple[int, int], total: int) -> None:
         if not self.speculative and counters[0]:
@@ -222,6 +240,11 @@ class LlamaCppSource:
     def _off(self, where: str, total: int) -> str:
         return (f"{where} has speculation off: draft_n stayed 0 over {total} tokens "
                 "(start it with -md DRAFT.gguf --spec-type draft-simple; the default type is none)")
+
+
+def draft_counters(timings: dict) -> tuple[int, int]:
+    """(draft_n, draft_n_accepted) of one chunk's timings; absent until the server's first draft."""
+    return int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
 
 
 def eos_ids_of(tokenizer) -> frozenset[int]:

@@ -1,5 +1,6 @@
 """Start a model server as a subprocess, wait until it answers, stop it.
 
+It runs tied to this process (lifetime.py: it ends when this process ends, however it ends).
 Its output goes to a log file under the cache; every failure is one line that says what failed and
 where the log is: it exited with code N, it did not become healthy in time, it answered something else."""
 
@@ -17,6 +18,7 @@ from typing import Callable
 
 from specdec.models.bundle import cache_root
 from specdec.engines.base import EngineError
+from specdec.engines.lifetime import popen_tied
 from specdec.engines.stream import get_json
 
 Progress = Callable[[float, str], None]  # (fraction of the wait, message), as the bundle reports
@@ -63,11 +65,13 @@ class ServerProcess:
             log.write(("$ " + " ".join(self.argv) + "\n").encode())
             log.flush()
             try:
-                self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                env={**os.environ, **(self.env or {})}, start_new_session=True)
+                # a session of its own, so stop() reaches its whole process group; tied to this process,
+                # so a SIGTERM or SIGKILL of ours (which skips atexit) ends it too
+                self.process = popen_tied(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, **(self.env or {})}, start_new_session=True)
             except OSError as err:
                 raise EngineError(f"{self.name}: cannot start {self.argv[0]} ({err.strerror or err})") from None
-        atexit.register(self.stop)  # a server started here never outlives the process that started it
+        atexit.register(self.stop)  # a normal exit stops it gracefully; lifetime.py covers the other ends
         try:
             self._wait()
         except BaseException:

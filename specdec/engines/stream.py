@@ -85,3 +85,16 @@ def post_stream(engine: str, base_url: str, path: str, body: dict, timeout: floa
             raise EngineError(f"{engine} at {base_url} stopped answering: no event for {timeout:.0f} s on {path}") from None
         except (ConnectionError, urllib.error.URLError) as err:
             raise EngineError(f"{engine} at {base_url} dropped the stream on {path} ({err})") from None
+
+
+def post_json(engine: str, base_url: str, path: str, body: dict, timeout: float = 120.0) -> dict:
+    """POST `body` and parse the answer as a JSON object (a request without streaming)."""
+    with _open(engine, base_url, path, body, timeout) as response:
+        text = response.read().decode("utf-8", "replace")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise EngineError(f"{engine} at {base_url} answered something else on {path}: {_excerpt(text)!r}")
+    return value
