@@ -7,15 +7,11 @@ import json
 import gradio as gr
 
 from specdec.models.presets import PRESETS
-from specdec.models.pair import pick_device
-from specdec.core.variant_names import KERNELS, VARIANTS
-from specdec.kernels.variants import default_variant
 
-from . import charts, engine_choice, export, how_it_works, present, render, replay, step_panel, theory
+from . import advanced, charts, export, how_it_works, present, replay, step_panel, theory
 from .page import ASSETS, PENDING, Page, StopFlag
 
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
-DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
 # A token pane draws its spans itself (assets/tokens_pane.js): new spans are added, not the pane redrawn.
 TOKENS_TEMPLATE = '<div class="tokens"></div>'
 TOKENS_JS = (ASSETS / "tokens_pane.js").read_text()
@@ -39,9 +35,9 @@ def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> P
     with gr.Tabs(elem_id="tabs"):
         with gr.Tab("Live", id="live", elem_id="live"):
             controls(page, default_pair, pairs or list(PRESETS), max_new_tokens)
+            panes(page)
             replay.section(page)
             export.section(page)
-            panes(page)
             theory.predictions_section(page)
             step_panel.section(page)
             plots(page)
@@ -51,60 +47,43 @@ def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> P
 
 
 def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
-    with gr.Row(elem_id="controls"):  # folded away in the lecture-hall view
-        with gr.Column(scale=3):
-            page.prompt = gr.Textbox(label="Prompt", lines=6, elem_id="prompt", placeholder="Ask the model for some code...")
-            with gr.Row():
-                page.generate = gr.Button("Generate", variant="primary", elem_id="generate")
-                page.stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
-            gr.Examples(
-                examples=[[e["prompt"]] for e in EXAMPLES], inputs=[page.prompt], elem_id="examples",
-                example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
-            )
-        with gr.Column(scale=2, elem_id="settings"):
-            page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
-                                    info=PRESETS[default_pair].description, elem_id="pair")
-            page.drafter = gr.Radio(DRAFTERS, value="model", label="Drafter", elem_id="drafter")
-            page.draft_variant = gr.Dropdown(
-                list(VARIANTS), value=default_variant(default_pair, pick_device()), label="Draft variant", elem_id="draft-variant",
-                info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
-                     "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
-            )
-            page.target_kernel = gr.Dropdown(
-                list(KERNELS), value="bf16", label="Target kernel", elem_id="target-kernel",
-                info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
-                     "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel. "
-                     "Plain decoding beside it runs the same kernel.",
-            )
-            page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
-            with gr.Row():
-                page.adaptive = gr.Checkbox(False, label="Adaptive K (+2 after a full accept, -1 otherwise)")
-                page.cost_k = gr.Checkbox(False, label="K from this machine's pass costs (0 where drafting would not pay)",
-                                          elem_id="k-policy-cost")
-            with gr.Row():
-                page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
-                page.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-            page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8, label="Max new tokens",
-                                     elem_id="max-new-tokens")
-            with gr.Row():
-                page.top_k = gr.Number(0, precision=0, minimum=0, label="Top-k (0 = off)")
-                page.seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
-            engine_choice.section(page)
-            with gr.Row():
-                page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
-                page.plain_int4 = gr.Checkbox(False, label="Plain decoding, int4 target (lossy)", elem_id="plain-int4")
-                page.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="show-rejected")
+    """The prompt and Generate beside the settings that change what the page shows; the rest folded
+    into Advanced (app/advanced.py). Folded away as a whole in the lecture-hall view."""
+    with gr.Column(elem_id="controls"):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=360):
+                page.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt",
+                                         placeholder="Ask the model for some code...")
+                with gr.Row():
+                    page.generate = gr.Button("Generate", variant="primary", elem_id="generate")
+                    page.stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
+                gr.Examples(
+                    examples=[[e["prompt"]] for e in EXAMPLES], inputs=[page.prompt], elem_id="examples",
+                    example_labels=[f'{e["kind"]}: {e["id"]}' for e in EXAMPLES], label="Example prompts",
+                )
+            with gr.Column(scale=1, min_width=360, elem_id="settings"):
+                page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
+                                        info=PRESETS[default_pair].description, elem_id="pair")
+                with gr.Row():
+                    page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
+                    page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                                 elem_id="temperature")
+                with gr.Row(equal_height=True):
+                    page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8,
+                                             label="Max new tokens", elem_id="max-new-tokens")
+                    page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
+        advanced.section(page, default_pair)
 
 
 def panes(page: Page) -> None:
     """Status line, the two token panes side by side, the stats row."""
     page.status = gr.Markdown(elem_id="status")
-    with gr.Row():
-        with gr.Column():
-            gr.HTML('<div class="pane-title spec">Speculative decoding</div>')
+    with gr.Row(elem_id="panes"):
+        with gr.Column(elem_classes="pane-column"):
+            gr.HTML('<div class="pane-title spec">Speculative decoding</div>', elem_classes="pane-head")
             page.spec_html = gr.HTML(PENDING, html_template=TOKENS_TEMPLATE, js_on_load=TOKENS_JS, elem_id="spec-pane")
-        with gr.Column():
-            gr.HTML('<div class="pane-title">Plain decoding (same target)</div>')
+        with gr.Column(elem_classes="pane-column"):
+            gr.HTML('<div class="pane-title">Plain decoding (same target)</div>', elem_classes="pane-head")
             page.plain_html = gr.HTML(PENDING, html_template=TOKENS_TEMPLATE, js_on_load=TOKENS_JS, elem_id="plain-pane")
     page.stats = gr.HTML(elem_id="stats")
     # The lossy alternative: faster, and different text (shown only when its checkbox is on).

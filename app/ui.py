@@ -11,7 +11,7 @@ from specdec.models.pair import pick_device
 from specdec.serving.pairs import shared_store
 from specdec.kernels.variants import default_variant
 
-from . import engine_choice, export, present, render, replay, stepping, theory, theory_run
+from . import advanced, engine_choice, export, present, render, replay, stepping, theory, theory_run
 from .layout import ASSETS, build_layout
 from .live import live_run, stop_session
 
@@ -80,6 +80,7 @@ def build_demo() -> gr.Blocks:
         replay.wire(page, shown)
         present.wire(page, demo)
         engine_choice.wire(page)
+        advanced.wire(page)
         # Stop only sets the flag; the run checks it after each step. It must not wait behind Generate.
         page.stop_button.click(lambda flag: flag.set(), page.stop, None, concurrency_limit=None)
         page.show_rejected.change(render.render_spans, [page.spec_events, page.show_rejected], page.spec_html,

@@ -88,6 +88,13 @@ def page(app_url):
         browser.close()
 
 
+def open_advanced(page) -> None:
+    """Unfold the Advanced settings (closed when the page opens) so their controls can be used."""
+    if not page.locator("#drafter").is_visible():
+        page.locator("#advanced .label-wrap").first.click()
+        page.locator("#drafter").wait_for(state="visible")
+
+
 def set_max_new_tokens(page, value: int) -> None:
     box = page.locator("#max-new-tokens input[type=number]")
     box.fill(str(value))
@@ -151,6 +158,7 @@ def test_bad_input_is_reported_and_app_stays_up(page):
 
 
 def test_draft_variant_and_the_lossy_lane(page):
+    open_advanced(page)
     box = page.locator("#draft-variant input")
     box.click()
     box.fill("int8")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM, app_url, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
+from tests.test_browser import ARTIFACTS, CHROMIUM, app_url, open_advanced, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
 from tests.test_engine_choice import servers  # noqa: F401 (the same stand-in servers)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
@@ -23,6 +23,7 @@ def test_the_page_colours_a_llamacpp_run(app_url, servers):  # noqa: F811 (fixtu
         page = browser.new_page(viewport={"width": 1400, "height": 1500})
         page.goto(app_url)
         page.wait_for_selector("#generate")
+        open_advanced(page)
         page.locator("#engine").get_by_text("a llama.cpp server").click()
         expect(page.locator("#spec-url")).to_be_visible()
         page.locator("#spec-url textarea, #spec-url input").first.fill(spec_url)
