@@ -13,7 +13,6 @@ LAYERS = ("core", "models", "kernels", "measure", "engines", "serving", "record"
 TOP = {"__main__"}
 # (importer, imported): an import against the layer order, with the reason it stays.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("bench.runner", "cli.args"): "the bench loads its pair through the command line's loader",
     ("core.config", "kernels.target_kernels"): "validate checks the kernel name against the kernels",
     ("core.config", "kernels.variants"): "validate checks the variant name against the variants",
     ("core.decoding", "kernels.target_kernels"): "the loop builds the target kernel",

@@ -18,8 +18,9 @@ from specdec.engines.base import LLAMA_CPP, VLLM, EngineError, StepSource, templ
 REMOTE_ENGINES = (LLAMA_CPP, VLLM)  # engines this module can read
 
 
-def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=()) -> StepSource:
-    """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server)."""
+def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=(), model: str | None = None) -> StepSource:
+    """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server).
+    `model`: the name vLLM serves its model under, when known (else it asks the server once)."""
     if engine == LLAMA_CPP:
         from specdec.engines.llamacpp import LlamaCppSource
 
@@ -27,7 +28,7 @@ def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, e
     if engine == VLLM:
         from specdec.engines.vllm import VllmSource
 
-        return VllmSource(base_url, tokenizer, speculative=speculative)
+        return VllmSource(base_url, tokenizer, speculative=speculative, model=model)
     known = ", ".join(repr(e) for e in REMOTE_ENGINES)
     raise ValueError(f"engine must be one of {known}, got {engine!r}")
 
