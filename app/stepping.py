@@ -9,6 +9,7 @@ reloaded it since, the held run starts again."""
 from __future__ import annotations
 
 from contextlib import ExitStack
+
 import gradio as gr
 
 from specdec.serving import torch_thread

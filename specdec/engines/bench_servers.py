@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 
 from specdec.engines import choice
+from specdec.engines.choice import remote_source
 from specdec.engines.base import LLAMA_CPP, VLLM
-from specdec.engines.remote import remote_source
 from specdec.measure.metrics import summarize
 
 PREFIX = {LLAMA_CPP: "llamacpp", VLLM: "vllm"}  # bench modes <prefix>_plain and <prefix>_spec
@@ -52,24 +52,18 @@ def run_remote(source, prompt_ids: list[int], max_new_tokens: int) -> dict:
 
 
 class Served:
-    """A running server of one mode, and fresh sources reading it (one per run)."""
+    """A running server of one mode, and the source that reads it (a vLLM source asks the served
+    model's name once, on its first run)."""
 
     def __init__(self, mode: str, k: int, pair):
-        self.mode, self.pair = SERVED[mode], pair
+        self.mode = SERVED[mode]
         module = choice.server_module(self.mode.engine)
         self.server = module.start_server(module.SPECULATIVE if self.mode.speculative else module.PLAIN, k=k)
-        self.model = None  # vLLM's served model name, asked once (its requests name it)
-        if self.mode.engine == VLLM:
-            try:
-                self.model = module.check_server(self.server.url)
-            except BaseException:
-                self.server.stop()
-                raise
+        self.source = remote_source(self.mode.engine, self.server.url, pair.tokenizer, speculative=self.mode.speculative,
+                                    eos_ids=pair.eos_ids)
 
     def run(self, prompt_ids: list[int], max_new_tokens: int) -> dict:
-        source = remote_source(self.mode.engine, self.server.url, self.pair.tokenizer, speculative=self.mode.speculative,
-                               eos_ids=self.pair.eos_ids, model=self.model)
-        return run_remote(source, prompt_ids, max_new_tokens)
+        return run_remote(self.source, prompt_ids, max_new_tokens)
 
     def stop(self) -> None:
         self.server.stop()

@@ -3,7 +3,7 @@ it and what its source can do. Everywhere else asks these capabilities, never th
 
 from __future__ import annotations
 
-from specdec.engines.base import ENGINES, LLAMA_CPP, SPECDEC, VLLM, Capabilities
+from specdec.engines.base import ENGINES, LLAMA_CPP, SPECDEC, VLLM, Capabilities, StepSource
 
 DEFAULT = SPECDEC  # the engine a run is read from unless the visitor chooses another
 LABELS = {SPECDEC: "this project's engine", LLAMA_CPP: "a llama.cpp server", VLLM: "a vLLM server"}
@@ -63,3 +63,17 @@ def server_module(engine: str):
     from specdec.engines import llamacpp
 
     return llamacpp
+
+
+def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=()) -> StepSource:
+    """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server)."""
+    if engine == LLAMA_CPP:
+        from specdec.engines.llamacpp import LlamaCppSource
+
+        return LlamaCppSource(base_url, tokenizer, speculative=speculative, eos_ids=eos_ids)
+    if engine == VLLM:
+        from specdec.engines.vllm import VllmSource
+
+        return VllmSource(base_url, tokenizer, speculative=speculative)
+    known = ", ".join(repr(e) for e in REMOTE)
+    raise ValueError(f"engine must be one of {known}, got {engine!r}")
