@@ -5,6 +5,9 @@ emit the same tokens as plain decoding (up to numerical ties); `identical_to_pla
 Timing: wall time of the whole generate call, prompt prefill included, for every mode alike.
 Runs alternate round-robin (plain, spec, best, hf_assisted, hf_lookup, plain, ...) so that load
 from other processes spreads over all modes; each figure is the median over `--repeats` rounds.
+Our modes run our engine's StepSource (specdec/engines/ours.py) with the settings of
+specdec/bench/policies.py; transformers' are in specdec/bench/hf.py; a real engine's read its servers
+(specdec/engines/bench_servers.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Callable
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import geomean, machine_info, summarize_results, table  # noqa: F401 (table: the report's text)
+from specdec.bench.report import geomean, machine_info, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.core.config import GenerationConfig
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
 from specdec.engines.ours import OurSource
