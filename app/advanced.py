@@ -12,12 +12,13 @@ from specdec.core.variant_names import KERNELS, VARIANTS
 from specdec.kernels.variants import default_variant
 from specdec.models.pair import pick_device
 
+from specdec.engines import choice
+
 from . import engine_choice
 from .page import Page
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
 SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter"}
-ENGINE_NAMES = {"specdec": "this project's engine", "llama.cpp": "llama.cpp", "vllm": "vLLM"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class AdvancedValues:
     top_p: float | None = 1.0
     top_k: int | float | None = 0  # 0 = off; a cleared number box sends None
     seed: int | float | None = 0
-    engine: str = "specdec"
+    engine: str = choice.DEFAULT
     spec_url: str | None = ""
     plain_url: str | None = ""
     lossy: bool = False  # the lossy lane: plain decoding on an int4 target
@@ -47,11 +48,14 @@ def _number(value) -> str:
 
 
 def _engine(values: AdvancedValues) -> str:
-    name = ENGINE_NAMES.get(values.engine, str(values.engine))
-    if values.engine == "specdec":
+    try:
+        name = choice.label(values.engine)
+    except ValueError:  # not an engine of this project: shown as it came
+        return str(values.engine)
+    if choice.capabilities(values.engine).in_process:  # no server, so no URLs to show
         return name
     spec_url, plain_url = (values.spec_url or "").strip(), (values.plain_url or "").strip()
-    where = f" at {spec_url}" if spec_url else " (no server URL yet)"
+    where = f" at {spec_url}" if spec_url else " (no URL yet)"
     return name + where + (f", plain at {plain_url}" if plain_url else ", no plain server")
 
 

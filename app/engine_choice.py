@@ -8,11 +8,11 @@ import threading
 
 import gradio as gr
 
+from specdec.engines import choice
 from specdec.engines.remote import remote_updates
 from specdec.core.events import StepEvent
 
-OURS = "specdec"
-CHOICES = [("this project's engine", OURS), ("a llama.cpp server", "llama.cpp"), ("a vLLM server", "vllm")]
+CHOICES = [(choice.LABELS[name], name) for name in choice.LABELS]
 
 NOTE_OURS = ("This project's engine runs both models in this process: every step is known in full (the drafted "
              "tokens, p and q, the seconds of drafting and of the check).")
@@ -32,7 +32,7 @@ _embedded_lock = threading.Lock()
 def section(page) -> None:
     """The Engine choice, under the model settings."""
     with gr.Group(elem_id="engine-settings"):
-        page.engine = gr.Radio(CHOICES, value=OURS, label="Engine", elem_id="engine")
+        page.engine = gr.Radio(CHOICES, value=choice.DEFAULT, label="Engine", elem_id="engine")
         with gr.Row(visible=False, elem_id="engine-urls") as page.engine_urls:
             page.spec_url = gr.Textbox(label="Speculative server (base URL)", placeholder="http://127.0.0.1:8080",
                                        elem_id="spec-url")
@@ -45,9 +45,9 @@ def section(page) -> None:
 
 def wire(page) -> None:
     def on_engine(engine):
-        remote = engine != OURS
-        return {page.engine_urls: gr.update(visible=remote), page.start_llamacpp: gr.update(visible=engine == "llama.cpp"),
-                page.engine_note: NOTE_REMOTE if remote else NOTE_OURS}
+        can = choice.capabilities(engine)
+        return {page.engine_urls: gr.update(visible=not can.in_process), page.start_llamacpp: gr.update(visible=can.starts_embedded),
+                page.engine_note: NOTE_OURS if can.in_process else NOTE_REMOTE}
 
     page.engine.change(on_engine, page.engine, [page.engine_urls, page.start_llamacpp, page.engine_note],
                        concurrency_limit=None)
@@ -82,19 +82,19 @@ def embedded_servers():
 
 def read_remote(page, values: dict) -> tuple[str, str, str]:
     """(engine, speculative URL, plain URL), checked; ValueError names what is missing."""
-    engine = values[page.engine]
-    if engine not in [value for _, value in CHOICES]:
-        raise ValueError(f"engine must be one of {', '.join(v for _, v in CHOICES)}, got {engine!r}")
+    engine = choice.check(values[page.engine])
     spec_url, plain_url = (values[page.spec_url] or "").strip(), (values[page.plain_url] or "").strip()
-    if engine != OURS and not spec_url:
+    can = choice.capabilities(engine)
+    if not can.in_process and not spec_url:
         raise ValueError(f"engine {engine}: give the base URL of its speculative server"
-                         + (" (or press Start llama.cpp)" if engine == "llama.cpp" else ""))
+                         + (" (or press Start llama.cpp)" if can.starts_embedded else ""))
     return engine, spec_url, plain_url
 
 
-def require_ours(page, values: dict, what: str) -> None:
-    """`what` runs this project's engine only (it needs what a remote engine does not report)."""
-    if values.get(page.engine, OURS) != OURS:
+def require(page, values: dict, what: str, can: str) -> None:
+    """`what` needs the chosen engine to have the capability `can` (e.g. "steps_through"); ValueError
+    otherwise (a remote engine reports no per-token detail)."""
+    if not getattr(choice.capabilities(values.get(page.engine, choice.DEFAULT)), can):
         raise ValueError(f"{what} runs on this project's engine only (a remote engine reports no per-token detail): "
                          "choose it under Engine")
 
@@ -116,5 +116,5 @@ def remote_lanes(engine: str, spec_url: str, plain_url: str, prompt: str, pair, 
 
 def status(engine: str, spec_url: str, plain_url: str, pair, compare: bool) -> str:
     plain = f", plain lane {plain_url}" if compare and plain_url else ", no plain lane (give its URL to compare)"
-    return (f"{dict((v, n) for n, v in CHOICES)[engine]} at {spec_url}{plain}; prompt templated and tokens shown with "
+    return (f"{choice.label(engine)} at {spec_url}{plain}; prompt templated and tokens shown with "
             f"{pair.name}'s tokenizer")

@@ -14,15 +14,16 @@ from __future__ import annotations
 import math
 import time
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass
 
 import gradio as gr
 
 from specdec.serving import gpu_budget
 from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
-from specdec.engines.base import EngineError
+from specdec.engines import choice
+from specdec.engines.base import Capabilities, EngineError
+from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
 from specdec.measure.passcost import one_token_pass_s
 from specdec.bench.side_by_side import plain_int4_run
@@ -101,17 +102,17 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
     timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
     for plain decoding with an int4 copy of the target (built once per pair, cached on disk). The
     pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from)."""
-    pair = shared_store().get(pair_name)
-    decoding = generate(pair, prompt, config)
+    ours = OurSource(shared_store().get(pair_name), config)
+    decoding = ours.run(prompt)
     for event in decoding:
         yield "spec", event
     if compare:
-        for event in generate(pair, prompt, replace(config, drafter="none")):  # the baseline: nothing drafted
+        for event in ours.plain().run(prompt):  # the baseline: nothing drafted
             yield "plain", event
     else:
         yield "decode_step", one_token_pass_s(decoding)
     if plain_int4:
-        for event in plain_int4_run(pair, prompt, config):
+        for event in plain_int4_run(ours.pair, prompt, config):
             yield "lossy", event
 
 
@@ -159,6 +160,38 @@ class Throttle:
             self.html_cost = seconds
 
 
+@dataclass(frozen=True)
+class LiveSettings:
+    """What a live run was asked for, checked (read_live_settings)."""
+
+    config: GenerationConfig
+    compare: bool
+    show_rejected: bool
+    plain_int4: bool
+    pair_name: str
+    engine: str
+    spec_url: str
+    plain_url: str
+    can: Capabilities  # what the chosen engine can do
+
+
+def read_live_settings(page: Page, values: dict, store) -> LiveSettings:
+    """The run's settings from the controls; ValueError names the first that is wrong, or one the
+    chosen engine cannot honour."""
+    config = read_config(page, values)
+    compare = _flag("compare", values[page.compare])
+    show_rejected = _flag("show_rejected", values[page.show_rejected])
+    plain_int4 = _flag("plain_int4", values[page.plain_int4])
+    name = store.check_offered(values[page.pair])
+    engine, spec_url, plain_url = engine_choice.read_remote(page, values)
+    can = choice.capabilities(engine)
+    if not can.follows_settings and config.temperature != 0:
+        raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
+    if gpu_budget.on_zero_gpu():
+        gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
+    return LiveSettings(config, compare, show_rejected, plain_int4, name, engine, spec_url, plain_url, can)
+
+
 def live_run(page: Page, values: dict, progress: gr.Progress, session: str | None = None):
     """Stream the speculative run, then (if asked) the plain run with the same settings; yields dicts of updates."""
     stop = values[page.stop]
@@ -166,20 +199,10 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
     store = shared_store()
     with ExitStack() as held:
         try:
-            config = read_config(page, values)
-            compare = _flag("compare", values[page.compare])
-            show_rejected = _flag("show_rejected", values[page.show_rejected])
-            plain_int4 = _flag("plain_int4", values[page.plain_int4])
-            name = store.check_offered(values[page.pair])
-            engine, spec_url, plain_url = engine_choice.read_remote(page, values)
-            remote = engine != engine_choice.OURS
-            if remote and config.temperature != 0:
-                raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
-            if gpu_budget.on_zero_gpu():
-                gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
-            pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
+            s = read_live_settings(page, values, store)
+            pair = held.enter_context(store.acquire(s.pair_name, progress=lambda f, msg: progress(f, desc=msg)))
             prompt = values[page.prompt]
-            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=config.max_new_tokens)  # before any GPU time
+            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=s.config.max_new_tokens)  # before any GPU time
         except ValueError as err:
             gr.Warning(str(err))
             yield {page.status: f"Not started: {err}"}
@@ -188,51 +211,64 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             _running[session] = stop
             held.callback(_running.pop, session, None)
 
-        view = new_view(pair, config, show_rejected, prompt, lossy_wanted=plain_int4 and not remote)
-        if remote:  # a real engine's servers: the same lanes, read over HTTP
-            view.status = engine_choice.status(engine, spec_url, plain_url, pair, compare)
-            lanes = engine_choice.remote_lanes(engine, spec_url, plain_url, prompt, pair, config, compare)
-        else:
-            lanes = stream_events(pair.name, prompt, config, compare, plain_int4)
-        engine = torch_thread.Stream(lanes, stop)
-        held.callback(engine.join)  # before the pair is released: the engine may be inside a step
-        throttle, pending, done, first = Throttle(), False, False, True
-        try:
-            while not done:
-                for lane, item in engine.take(timeout=HTML_EVERY_S if pending else 1.0):
-                    if lane == "error" and remote and isinstance(item, (EngineError, ValueError)):
-                        gr.Warning(str(item))  # a server that went away or answered wrongly: one line, the page stays
-                        view.status += f" \u2014 {item}"
-                        done = True
-                    elif lane == "error":
-                        raise item
-                    elif lane == "done":
-                        done = True
-                    elif lane == "decode_step":
-                        view.one_token_pass_s = item
-                    elif lane.endswith("_pending"):  # a remote engine's text before its steps are known
-                        view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)
-                        pending = True
-                    else:
-                        if lane != "spec" and not (view.plain or view.lossy):  # the speculative run has ended:
-                            throttle.plots_now = True  # its charts, whole, in the next frame
-                        {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[lane].append(item)
-                        pending = True
-                if pending and not done:
-                    html, plots = throttle.due()
-                    if html:
-                        started = time.perf_counter()
-                        yield streaming_frame(page, view, plots=plots, first=first)
-                        first = False
-                        throttle.spent(time.perf_counter() - started, plots)  # runs when Gradio asks for the next frame
-                        pending = False
-        finally:
-            if not done:  # Stop, the page went away (Gradio closed this generator), or the engine failed
-                stop.set()
+        view = new_view(pair, s.config, s.show_rejected, prompt, lossy_wanted=s.plain_int4 and s.can.lossy_lane)
+        if s.can.in_process:
+            lanes = stream_events(pair.name, prompt, s.config, s.compare, s.plain_int4)
+        else:  # a real engine's servers: the same lanes, read over HTTP
+            view.status = engine_choice.status(s.engine, s.spec_url, s.plain_url, pair, s.compare)
+            lanes = engine_choice.remote_lanes(s.engine, s.spec_url, s.plain_url, prompt, pair, s.config, s.compare)
+        stream = torch_thread.Stream(lanes, stop)
+        held.callback(stream.join)  # before the pair is released: the engine may be inside a step
+        yield from stream_frames(page, view, stream, stop, server_errors=not s.can.in_process)
         view.finished, view.stopped = True, stop.is_set()
-        if not view.stopped and not remote:  # the GPU budget learns this project's engine's step times only
-            gpu_budget.record(pair.name, config, view.spec, view.plain)
+        if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
+            gpu_budget.record(pair.name, s.config, view.spec, view.plain)
         yield last_frame(page, values, view)
+
+
+def stream_frames(page: Page, view: RunView, stream, stop, *, server_errors: bool):
+    """Frames while the lanes arrive, as often as the Throttle allows. A run that does not come to its
+    end (Stop, the page went away and Gradio closed this generator, the engine failed) is stopped."""
+    throttle, pending, done, first = Throttle(), False, False, True
+    try:
+        while not done:
+            for lane, item in stream.take(timeout=HTML_EVERY_S if pending else 1.0):
+                got = receive(view, lane, item, throttle, server_errors)
+                done, pending = done or got == "done", pending or got == "new"
+            if pending and not done:
+                html, plots = throttle.due()
+                if html:
+                    started = time.perf_counter()
+                    yield streaming_frame(page, view, plots=plots, first=first)
+                    first = False
+                    throttle.spent(time.perf_counter() - started, plots)  # runs when Gradio asks for the next frame
+                    pending = False
+    finally:
+        if not done:
+            stop.set()
+
+
+def receive(view: RunView, lane: str, item, throttle: Throttle, server_errors: bool) -> str | None:
+    """Take one item of the stream into the view: "done" when the run is over, "new" when the
+    panes have something new to show."""
+    if lane == "error" and server_errors and isinstance(item, (EngineError, ValueError)):
+        gr.Warning(str(item))  # a server that went away or answered wrongly: one line, the page stays
+        view.status += f" \u2014 {item}"
+        return "done"
+    if lane == "error":
+        raise item
+    if lane == "done":
+        return "done"
+    if lane == "decode_step":
+        view.one_token_pass_s = item
+        return None
+    if lane.endswith("_pending"):  # a remote engine's text before its steps are known
+        view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)
+        return "new"
+    if lane != "spec" and not (view.plain or view.lossy):  # the speculative run has ended:
+        throttle.plots_now = True  # its charts, whole, in the next frame
+    {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[lane].append(item)
+    return "new"
 
 
 def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> dict:

@@ -8,6 +8,7 @@ from html import escape
 
 import gradio as gr
 
+from specdec.engines import choice
 from specdec.serving import gpu_budget
 from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, StepExplanation
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
@@ -103,17 +104,18 @@ DRAFTER_WORDS = {"model": "the draft model", "lookup": "prompt lookup"}
 def render_panel(x: StepExplanation | None, total_steps: int | None = None) -> str:
     if x is None:
         return EMPTY
+    reports_p_q = choice.of_events(x.engine).reports_p_q  # else only counts: say what stays blank
     parts = [f'<div class="step-panel" data-step="{x.step}"><div class="step-title">{escape(_headline(x))}</div>']
     if x.rows or x.unseen_rejected:
         parts.append(_table(x))
     parts.append(f'<p class="step-token">{_token_sentence(x)}</p>')
     if x.detail is not None and x.kind in (CORRECTION, BONUS):
         parts.append(_distributions(x))
-    elif x.detail is None and x.kind in (CORRECTION, BONUS) and x.engine == "specdec":
+    elif x.detail is None and x.kind in (CORRECTION, BONUS) and reports_p_q:
         parts.append('<p class="caption">The distributions and the draws u are recorded only for a stepped run: '
                      "press <b>Step</b> (or <b>Run to end</b>) to see p_target, p_draft and the residual here.</p>")
     parts.append(f'<p class="caption">{_rule_caption(x)}</p>')
-    if x.engine != "specdec":
+    if not reports_p_q:
         parts.append(f'<p class="caption unreported">{escape(unreported(x.engine))}</p>')
     return "".join(parts) + "</div>"
 

@@ -9,13 +9,12 @@ reloaded it since, the held run starts again."""
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import replace
 
 import gradio as gr
 
 from specdec.serving import torch_thread
 from specdec.core.detail import explain
-from specdec.engines.assemble import generate, generate_detailed
+from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
 from specdec.measure.passcost import one_token_pass_s
 
@@ -30,7 +29,7 @@ def _key(page, values: dict, config) -> tuple:
 def _start(page, values: dict, session, pair, config) -> None:
     """A new held run with the current settings (ValueError names a bad one)."""
     # On the torch thread: building the run builds its draft variant too (torch_thread says why).
-    decoding = torch_thread.call(generate_detailed, pair, values[page.prompt], config, stop=values[page.stop])
+    decoding = torch_thread.call(OurSource(pair, config, stop=values[page.stop]).run_detailed, values[page.prompt])
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
     session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])
@@ -49,7 +48,7 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
     with session.lock:
         try:
             config = live.read_config(page, values)
-            engine_choice.require_ours(page, values, "Step and Run to end")
+            engine_choice.require(page, values, "Step and Run to end", "steps_through")
             name = store.check_offered(values[page.pair])
             with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
                 if not _held(page, values, session, pair, config):
@@ -79,7 +78,7 @@ def run_to_end(page, values: dict, progress: gr.Progress):
     with session.lock, ExitStack() as held:
         try:
             config = live.read_config(page, values)
-            engine_choice.require_ours(page, values, "Step and Run to end")
+            engine_choice.require(page, values, "Step and Run to end", "steps_through")
             name = store.check_offered(values[page.pair])
             pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
             finished = session.view is not None and session.view.finished
@@ -95,7 +94,7 @@ def run_to_end(page, values: dict, progress: gr.Progress):
         yield from _stream(page, view, view.spec, torch_thread.iterate(session.events), throttle)
         session.ended = True
         if values[page.compare] and not stop.is_set():
-            plain_run = torch_thread.call(generate, pair, session.prompt, replace(config, drafter="none"), stop=stop)  # nothing drafted
+            plain_run = torch_thread.call(OurSource(pair, config, stop=stop).plain().run, session.prompt)  # nothing drafted
             yield from _stream(page, view, view.plain, torch_thread.iterate(iter(plain_run)), throttle)
         elif view.spec and not stop.is_set():
             view.one_token_pass_s = torch_thread.call(one_token_pass_s, session.decoding)  # the decode step c and the verify cost count in

@@ -9,12 +9,15 @@ from html import escape
 
 import gradio as gr
 
+from specdec.engines import choice
+from specdec.engines.base import SPECDEC
 from specdec.serving import gpu_budget
 from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, prediction_gap, speedup_curve
 
 from . import theory_charts
+from .kernel_verdicts import kernels_sentence
 
 # Pass costs are facts about this machine and pair, not about a visitor: one measurement per
 # (pair, dtype) serves every session of this process.
@@ -22,7 +25,6 @@ PASS_COSTS: dict[tuple[str, str], PassCosts] = {}
 # The cost table of every target kernel (and of llama.cpp, when its servers run here), per (pair, dtype):
 # name -> PassCosts, from "Measure pass costs". Whether speculation pays depends on the kernel.
 KERNEL_COSTS: dict[tuple[str, str], dict[str, PassCosts]] = {}
-LLAMA_CPP = "llama.cpp"
 
 WAITING = ('<div class="predictions"><p class="caption">When a run with plain decoding beside it ends, this box '
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
@@ -47,30 +49,31 @@ class TheorySession:
     k: int | None = None  # its K (mean draft length, rounded)
     speedup: float | None = None  # its measured speedup, when plain decoding ran beside it
     pair_key: tuple[str, str] | None = None
-    kernel: str = "bf16"  # what ran the target of the last run: a target kernel, or "llama.cpp"
+    kernel: str = "bf16"  # what ran the target of the last run: a target kernel, or an engine with its own cost table
 
     def __deepcopy__(self, memo):
         return TheorySession()
 
-    def record(self, metrics: RunMetrics, plain: RunMetrics | None, config, pair_key, engine: str = "specdec") -> None:
+    def record(self, metrics: RunMetrics, plain: RunMetrics | None, config, pair_key, engine: str = SPECDEC) -> None:
         """Keep a finished run: its point on the co-design map and the numbers the curves need. A
-        llama.cpp run has no c of its own (the server does not time drafting apart): its point takes
-        c from llama.cpp's measured pass costs, when they were measured here."""
+        remote engine's run has no c of its own (a server does not time drafting apart): its point
+        takes c from the engine's own pass costs, when they were measured here (llama.cpp's)."""
+        can = choice.of_events(engine)
         self.metrics, self.pair_key = metrics, pair_key
-        self.kernel = LLAMA_CPP if engine == LLAMA_CPP else getattr(config, "target_kernel", "bf16")
+        self.kernel = engine if can.own_cost_table else getattr(config, "target_kernel", "bf16")
         self.k = max(1, round(metrics.mean_k)) if metrics.drafted else None
         self.speedup = measured_speedup(metrics, plain)
         c = metrics.cost_ratio_c
-        if c is None and engine == LLAMA_CPP and self.costs is not None and self.kernel == LLAMA_CPP:
+        if c is None and can.own_cost_table and self.costs is not None:
             c = self.costs.c
         if metrics.drafted and c is not None:
-            label = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
-            label = (f"#{len(self.points) + 1} {label} K={config.k}" + (f" {config.policy}" if config.policy != "fixed" else "")
-                     if engine == "specdec" else f"#{len(self.points) + 1} {engine} K={self.k}")
-            label += f" [{self.kernel}]" if engine == "specdec" else ""
+            label = f"#{len(self.points) + 1} {engine} K={self.k}"  # a server's own K, as it reported it
+            if can.follows_settings:  # the page's drafter, K, policy and kernel
+                drafter = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
+                policy = f" {config.policy}" if config.policy != "fixed" else ""
+                label = f"#{len(self.points) + 1} {drafter} K={config.k}{policy} [{self.kernel}]"
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
-            hover = (f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, "
-                     f"{metrics.tokens_per_step:.2f} tokens per pass{measured}")
+            hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_step:.2f} tokens per pass{measured}"
             self.points.append(DrafterPoint(label, metrics.alpha, c, hover))
 
     @property
@@ -140,7 +143,7 @@ def after_run(page, session: TheorySession, view) -> dict:
     """A run has ended: keep it in the session and redraw the tab from it."""
     plain = summarize(view.plain) if view.plain else None
     session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
-                   (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else "specdec")
+                   (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else SPECDEC)
     return updates(page, session)
 
 
@@ -225,26 +228,6 @@ def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None
     if tables:
         text += " " + kernels_sentence(tables, k, alpha)
     return text.strip()
-
-
-def kernels_sentence(tables: dict, k: int, alpha: float | None) -> str:
-    """Per kernel: its decode step, what checking K+1 tokens costs in its own decode steps, and (with
-    an acceptance from a run) the K the cost policy would choose there and the speedup it predicts."""
-    from specdec.core.k_policy import best_choice
-
-    parts = []
-    for name, costs in tables.items():
-        part = (f"**{name}**: decode step {1000 * costs.decode_step_s:.0f} ms, checking {k + 1} tokens costs "
-                f"{costs.verify_cost(k):.2f} of them")
-        if alpha is not None and costs.draft_s is not None:
-            choice = best_choice(alpha, costs.draft_s, costs, 15)
-            gain = choice.predicted_tok_s * costs.decode_step_s if choice.predicted_tok_s else 1.0
-            part += (f"; at \u03b1 = {alpha:.2f} drafting does not pay (K = 0)" if choice.k == 0 else
-                     f"; at \u03b1 = {alpha:.2f} the best K is {choice.k}, {gain:.2f}\u00d7 plain on this kernel")
-        parts.append(part)
-    return ("Per kernel: " + "; ".join(parts) + ". A kernel that makes the one-token pass cheap (fewer bytes per weight) "
-            "but whose time grows with the tokens in a pass (its arithmetic, not its memory, is the limit) makes the check "
-            "dear: there speculation pays less, or not at all, though plain decoding is faster.")
 
 
 # --- why this speedup -----------------------------------------------------------------------------

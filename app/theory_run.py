@@ -4,14 +4,11 @@ Both run in this process (they are off on ZeroGPU, where GPU work runs in a work
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import gradio as gr
 
 from specdec.serving import torch_thread
 from specdec.engines.base import EngineError
-from specdec.engines.assemble import generate
-from specdec.measure.metrics import summarize
+from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
 from specdec.bench.sweep import SWEEP_KS, sweep_k
 
@@ -46,10 +43,10 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
                                                    target=lambda kernel=kernel: kernel_target(pair, kernel))
             servers = engine_choice.embedded_servers()
             if servers is not None:
-                from specdec.engines.llamacpp_costs import measure_embedded
+                from specdec.engines.llamacpp_costs import embedded_tables
 
                 progress(len(KERNELS) / (len(KERNELS) + 1), desc="pass costs: llama.cpp (a server of the draft alone)")
-                tables[theory.LLAMA_CPP] = measure_embedded(servers.plain_url, pair.vocab_size)
+                tables.update(embedded_tables(servers.plain_url, pair.vocab_size))
             theory.KERNEL_COSTS[key] = tables
             theory.PASS_COSTS[key] = tables["bf16"]
     except (ValueError, EngineError) as err:
@@ -68,7 +65,7 @@ def sweep(page, values: dict, progress: gr.Progress):
     stop.clear()
     try:
         config = read_config(page, values)
-        engine_choice.require_ours(page, values, "Sweep K")
+        engine_choice.require(page, values, "Sweep K", "sweeps_k")
         name = store.check_offered(values[page.pair])
         with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
             prompt = values[page.prompt]
@@ -76,8 +73,8 @@ def sweep(page, values: dict, progress: gr.Progress):
             _forget_other_pair(session, (pair.name, pair.dtype_name))
             session.sweep = []
             yield {page.theory_status: f"Sweep K on {pair.name}: plain decoding first (the reference for every point)\u2026"}
-            plain_events = torch_thread.call(lambda: list(generate(pair, prompt, replace(config, drafter="none"), stop=stop)))
-            plain = summarize(plain_events)
+            plain = OurSource(pair, config, stop=stop).plain()
+            plain_events = torch_thread.call(lambda: list(plain.run(prompt)))
             for point in torch_thread.iterate(sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop)):
                 session.sweep.append(point)
                 if session.metrics is None and point.k >= min(config.k, SWEEP_KS[-1]):  # no run yet: the curves need one

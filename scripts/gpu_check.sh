@@ -31,7 +31,9 @@ import argparse, statistics, time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specdec.bench.runner import run_hf, run_ours, mode_config
+from specdec.bench.hf import run_hf
+from specdec.bench.policies import mode_config
+from specdec.bench.runner import run_ours
 from specdec.core.cached_model import CachedModel
 from specdec.measure.metrics import predicted_speedup
 from specdec.models.pair import DTYPES, ModelPair

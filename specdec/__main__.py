@@ -77,7 +77,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from specdec.bench.runner import run_bench
+    from specdec.cli.bench import run_bench
 
     return run_bench(args)
 

@@ -24,8 +24,8 @@ def test_adaptive_k_wins_over_the_cost_policy_as_in_the_config():
 
 def test_a_remote_engine_shows_its_urls():
     line = summary(AdvancedValues(engine="llama.cpp", spec_url=" http://127.0.0.1:8080 ", plain_url="http://127.0.0.1:8081"))
-    assert "llama.cpp at http://127.0.0.1:8080, plain at http://127.0.0.1:8081" in line
-    assert "vLLM (no server URL yet), no plain server" in summary(AdvancedValues(engine="vllm", spec_url=None, plain_url=None))
+    assert "a llama.cpp server at http://127.0.0.1:8080, plain at http://127.0.0.1:8081" in line
+    assert "a vLLM server (no URL yet), no plain server" in summary(AdvancedValues(engine="vllm", spec_url=None, plain_url=None))
 
 
 def test_cleared_number_boxes_are_named_not_fatal():

@@ -217,7 +217,7 @@ def test_step_through_explains_each_step_and_clicking_a_token_opens_it(page):
         page.click("#step")
         assert panel_verdicts(page, step) == event_verdicts(events[step]), step
         if events[step].drafted and not events[step].greedy:  # sampling: u against the ratio, every checked row
-            evidence = page.locator(f'#step-panel tr[data-verdict="accepted"] td:nth-child(6)').all_inner_texts()
+            evidence = page.locator('#step-panel tr[data-verdict="accepted"] td:nth-child(6)').all_inner_texts()
             assert all(re.match(r"u = 0\.\d{3} < \d\.\d{3}", t) for t in evidence), evidence
         step += 1
     shown = page.evaluate(SPAN_IN_PAGE)

@@ -13,6 +13,7 @@ import gradio as gr
 import pytest
 
 from app import live
+from specdec.engines import ours
 from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.core.events import check_invariants
@@ -116,7 +117,7 @@ def test_text_before_its_steps_streams_uncoloured_then_the_steps_colour_it(page,
     from specdec.core.config import GenerationConfig
     from specdec.engines.vllm import PendingText
 
-    step = live.generate  # any StepEvent will do: take one from a run of this project's engine on tiny-random
+    step = ours.generate  # any StepEvent will do: take one from a run of this project's engine on tiny-random
     pair = pairs.shared_store().get("tiny-random")
     event = next(iter(step(pair, "def f(x):", GenerationConfig(max_new_tokens=2))))
     items = [PendingText((5,), ("<b>",), 1, 0.1), PendingText((6,), (" x",), 2, 0.2), event]

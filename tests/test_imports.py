@@ -15,7 +15,6 @@ LAYERS = ("core", "models", "kernels", "measure", "engines", "serving", "record"
 TOP = {"__main__"}
 # (importer, imported): an import against the layer order, with the reason it stays.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("bench.runner", "cli.args"): "the bench loads its pair through the command line's loader",
 }
 
 

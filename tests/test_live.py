@@ -10,6 +10,7 @@ import gradio as gr
 import pytest
 
 from app import live
+from specdec.engines import ours
 from app.page import StopFlag
 from app.render import render_spans
 from specdec.serving import gpu_budget
@@ -52,14 +53,14 @@ def no_progress(*args, **kwargs):
 
 def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_thread(page, monkeypatch, tiny_pair):
     threads = []
-    real_generate = live.generate
+    real_generate = ours.generate
 
     def recording_generate(*args, **kwargs):
         for event in real_generate(*args, **kwargs):
             threads.append(threading.get_ident())
             yield event
 
-    monkeypatch.setattr(live, "generate", recording_generate)
+    monkeypatch.setattr(ours, "generate", recording_generate)
     frames = list(live.live_run(page, settings(page), no_progress))
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
@@ -98,6 +99,6 @@ def test_an_engine_error_reaches_the_page(page, monkeypatch):
         yield from ()
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(live, "generate", failing)
+    monkeypatch.setattr(ours, "generate", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         list(live.live_run(page, settings(page), no_progress))

@@ -100,7 +100,8 @@ def test_a_stand_in_server_ends_with_its_parent(sig, tmp_path):
 
 
 def test_llama_server_ends_with_its_parent(tmp_path):
-    from specdec.models.bundle import BundleError, gguf_files
+    from specdec.models.bundle import gguf_files
+    from specdec.models.bundle_chunks import BundleError
     from specdec.engines.llamacpp_build import is_built
 
     if not is_built():

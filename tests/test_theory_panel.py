@@ -11,7 +11,7 @@ from app import step_panel, theory, theory_charts
 from specdec.core.config import GenerationConfig
 from specdec.core.detail import Candidate, Position, StepDetail, Token, explain
 from specdec.core.events import BONUS, CORRECTION, PLAIN
-from specdec.measure.metrics import FROM_PLAIN, measured_speedup, summarize, summarize_runs
+from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, speedup_curve
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import statistics
 
+
+from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.models.machine import REPORTED_FLAGS
 
@@ -38,7 +40,7 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "ratio_lookup_vs_hf_lookup": ratio("lookup", "hf_lookup"),
         "all_identical_to_plain": {m: all(by[p, m].identical_to_plain for p in prompts) for m in modes
                                    if by[prompts[0], m].identical_to_plain is not None},  # None: a plain reference
-        "speedup_vs_own_plain": {m: ratio(m, own) for m, own in (("llamacpp_spec", "llamacpp_plain"), ("vllm_spec", "vllm_plain")) if m in modes},
+        "speedup_vs_own_plain": {m: ratio(m, own) for m, own in OWN_PLAIN.items() if m in modes},
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
         "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].acceptance_rate is not None},
@@ -114,8 +116,6 @@ def leviathan(pairs: dict) -> dict:
 
 def table(report: dict) -> str:
     rows = report["results"]
-    from specdec.bench.modes import OWN_PLAIN
-
     # x plain: our modes over our plain decoding on the same kernel; a real engine over its own plain decoding
     plain = {(r["prompt"], r.get("target_kernel")): r["tok_s"] for r in rows if r["mode"] == "plain"}
     plain.update({(r["prompt"], r["mode"]): r["tok_s"] for r in rows if r["mode"] in OWN_PLAIN.values()})

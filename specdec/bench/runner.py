@@ -5,37 +5,38 @@ emit the same tokens as plain decoding (up to numerical ties); `identical_to_pla
 Timing: wall time of the whole generate call, prompt prefill included, for every mode alike.
 Runs alternate round-robin (plain, spec, best, hf_assisted, hf_lookup, plain, ...) so that load
 from other processes spreads over all modes; each figure is the median over `--repeats` rounds.
+Our modes run our engine's StepSource (specdec/engines/ours.py) with the settings of
+specdec/bench/policies.py; transformers' are in specdec/bench/hf.py; a real engine's read its servers
+(specdec/engines/bench_servers.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from typing import Callable
 
-import torch
-
-from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, LLAMACPP, MODES, OURS, OWN_PLAIN, VLLM
-from specdec.bench.report import geomean, summarize_results, table
-from specdec.kernels.cpu_linear import CpuLinear
-from specdec.measure.compare import departure, first_difference
-from specdec.core.config import MAX_K, GenerationConfig
-from specdec.measure.cost_table import costs_for
-from specdec.engines.assemble import build_decoding
-from specdec.measure.metrics import summarize
-from specdec.models.dtypes import DTYPES
+from specdec.bench.hf import run_hf
+from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
+from specdec.bench.policies import best_description, mode_config, split_mode
+from specdec.bench.report import geomean, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
-from specdec.models.pair import ModelPair
+from specdec.core.config import GenerationConfig
+from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
+from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
+from specdec.measure.compare import departure, first_difference
+from specdec.measure.cost_table import costs_for
+from specdec.measure.metrics import summarize
+from specdec.models.pair import DTYPES, ModelPair
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json")
-LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
 
 
 @dataclass
@@ -56,45 +57,6 @@ class Result:
     target_kernel: str | None = "bf16"  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
 
 
-# --- the policies ---------------------------------------------------------------------------------
-
-
-def split_mode(mode: str) -> tuple[str, str | None]:
-    """"spec@int4-v32k" -> ("spec", "int4-v32k"); "plain" -> ("plain", None)."""
-    base, _, variant = mode.partition("@")
-    return base, variant or None
-
-
-def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16",
-                k_policy: str | None = None) -> GenerationConfig:
-    """Our engine's settings for a mode. `schedule` applies to `spec` and, on the HF side, to
-    `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise.
-    `k_policy`, when given, is `spec`'s K policy instead (specdec/core/k_policy.py: fixed, adaptive, cost).
-    `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`)."""
-    mode, own = split_mode(mode)
-    base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM,
-                            draft_variant=own or variant)
-    if mode in ("plain", "plain_int4"):
-        return replace(base, drafter="none", draft_variant="bf16")
-    if mode == "spec":
-        policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
-        return replace(base, drafter="model", k_policy=policy, k_max=MAX_K)
-    if mode == "lookup":
-        return replace(base, drafter="lookup", draft_variant="bf16")
-    if mode == "best":
-        return best_config(base)
-    raise ValueError(f"{mode!r} is not one of our modes")
-
-
-def best_config(base: GenerationConfig) -> GenerationConfig:
-    """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
-    lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
-    otherwise; K chosen each step from this machine's pass costs and the acceptance so far, within
-    0..8 (0: a plain step where drafting would not pay; specdec/core/k_policy.py); the draft stops
-    early when unsure (a rejected draft token costs a draft pass for nothing)."""
-    return replace(base, drafter="auto", k_policy="cost", k_max=8, draft_confidence=0.4)
-
-
 # --- running one mode -----------------------------------------------------------------------------
 
 
@@ -106,7 +68,7 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     if config.policy == "cost" and config.drafter != "none":
         costs_for(pair, config, progress=True)  # cached, or measured once, before the clock starts
     start = time.perf_counter()
-    events = list(build_decoding(pair, prompt_ids, config))  # prefill happens inside
+    events = list(OurSource(pair, config).iter_events(prompt_ids, config.max_new_tokens))  # prefill happens inside
     seconds = time.perf_counter() - start
     m = summarize(events)
     return {
@@ -119,168 +81,12 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     }
 
 
-class PassCounter:
-    """Counts forward calls of a model (a forward pre-hook: no effect on the computation)."""
-
-    def __init__(self, model):
-        self.calls = 0
-        self._handle = model.register_forward_pre_hook(self._count)
-
-    def _count(self, *_):
-        self.calls += 1
-
-    def remove(self):
-        self._handle.remove()
-
-
-@contextlib.contextmanager
-def assistant_settings(draft, **values):
-    """transformers reads the assistant's schedule from the assistant model's own generation_config,
-    not from generate()'s arguments; set it for one call and put the old values back."""
-    gc = draft.generation_config
-    old = {name: getattr(gc, name, None) for name in values}
-    for name, value in values.items():
-        setattr(gc, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(gc, name, value)
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """transformers warns on every assisted call about how it calls itself; keep stderr readable."""
-    from transformers.utils import logging
-
-    level = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-
-
-def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_tokens: int, schedule: str) -> dict:
-    """transformers' generate, greedy, with the engine's end-of-sequence ids and length limits."""
-    ids = torch.tensor([prompt_ids], device=pair.device)
-    eos = sorted(pair.eos_ids)
-    common = dict(
-        attention_mask=torch.ones_like(ids),
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        min_new_tokens=0,
-        eos_token_id=eos or None,
-        pad_token_id=eos[0] if eos else 0,
-        repetition_penalty=1.0,  # a model's generation_config may set sampling extras; greedy means none
-        temperature=None,
-        top_p=None,
-        top_k=None,
-    )
-    kernels = CpuLinear() if mode.endswith("_cpulinear") and pair.device.type == "cpu" else contextlib.nullcontext()
-    base = mode.removesuffix("_cpulinear")
-    if base == "hf_assisted":
-        # Same K and schedule as our `spec`; transformers' confidence early stop (default 0.4) is
-        # switched off because `spec` has none (`best` is where ours uses one).
-        settings = assistant_settings(
-            pair.draft,
-            num_assistant_tokens=k,
-            num_assistant_tokens_schedule="constant" if schedule == "constant" else "heuristic_transient",
-            assistant_confidence_threshold=0.0,
-        )
-        extra = dict(assistant_model=pair.draft)
-    elif base == "hf_lookup":
-        settings = contextlib.nullcontext()
-        extra = dict(prompt_lookup_num_tokens=k, max_matching_ngram_size=LOOKUP_NGRAM)
-    else:
-        raise ValueError(f"{mode!r} is not a transformers mode")
-    target_calls = PassCounter(pair.target)
-    draft_calls = PassCounter(pair.draft) if base == "hf_assisted" else None
-    try:
-        with kernels, settings, quiet_transformers():
-            start = time.perf_counter()
-            out = pair.target.generate(ids, **extra, **common)
-            seconds = time.perf_counter() - start
-    finally:
-        target_calls.remove()
-        if draft_calls:
-            draft_calls.remove()
-    new = out[0, len(prompt_ids) :].tolist()
-    # Each target pass emits its matched candidates + 1 token, so tokens - passes were accepted
-    # drafts; each assistant forward drafts one token. Prompt lookup's drafts are not countable.
-    acceptance = (len(new) - target_calls.calls) / draft_calls.calls if draft_calls and draft_calls.calls else None
-    return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
-
-
-def run_remote(source, prompt_ids: list[int], max_new_tokens: int) -> dict:
-    """One streamed request to a real engine's server (specdec.engines), timed like ours: the wall time
-    of the whole request, from sending it (prompt ids, prefill on the server) to its last chunk."""
-    start = time.perf_counter()
-    events = list(source.iter_events(prompt_ids, max_new_tokens))
-    seconds = time.perf_counter() - start
-    m = summarize(events)
-    return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
-            "acceptance_rate": m.acceptance_rate if m.drafted else None,
-            "target_passes": m.target_passes,  # one per step: the server's verify passes, its prompt pass's token included
-            "mean_k": m.mean_k if m.drafted else None, "events": events}
-
-
-def run_llamacpp(pair: ModelPair, servers: dict, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
-    from specdec.engines.llamacpp import LlamaCppSource
-
-    source = LlamaCppSource(servers[mode].url, pair.tokenizer, speculative=mode == "llamacpp_spec", eos_ids=pair.eos_ids)
-    return run_remote(source, prompt_ids, max_new_tokens)
-
-
-@contextlib.contextmanager
-def llamacpp_servers(modes, k: int):
-    """mode -> running llama-server for the llama.cpp modes among `modes`, both up for the whole bench
-    (about 1 GB resident each: they fit beside our pair), stopped at the end."""
-    from specdec.engines.llamacpp import PLAIN, SPECULATIVE, start_server
-
-    servers = {}
-    try:
-        for mode in modes:
-            if mode in LLAMACPP:
-                servers[mode] = start_server(SPECULATIVE if mode == "llamacpp_spec" else PLAIN, k=k)
-        yield servers
-    finally:
-        for server in servers.values():
-            server.stop()
-
-
-def run_vllm(pair: ModelPair, url: str, model: str, prompt_ids: list[int], mode: str, max_new_tokens: int) -> dict:
-    from specdec.engines.vllm import VllmSource
-
-    return run_remote(VllmSource(url, pair.tokenizer, speculative=mode == "vllm_spec", model=model), prompt_ids, max_new_tokens)
-
-
-def vllm_blocks(pair: ModelPair, encoded: list[list[int]], modes, k: int, max_new_tokens: int, repeats: int,
-                warmup_tokens: int, log) -> dict:
-    """(prompt index, mode) -> the runs of each vLLM mode among `modes`: one server at a time, started,
-    warmed up with one short run, used for every prompt and round, stopped."""
-    from specdec.engines.vllm import PLAIN, SPECULATIVE, check_server, start_server
-
-    out = {}
-    for mode in (m for m in modes if m in VLLM):
-        log(f"starting vLLM for {mode} (minutes)")
-        server = start_server(SPECULATIVE if mode == "vllm_spec" else PLAIN, k=k)
-        try:
-            model = check_server(server.url)
-            run_vllm(pair, server.url, model, encoded[0], mode, warmup_tokens)
-            for i, prompt_ids in enumerate(encoded):
-                out[i, mode] = [run_vllm(pair, server.url, model, prompt_ids, mode, max_new_tokens) for _ in range(repeats)]
-        finally:
-            server.stop()
-    return out
-
-
 def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16") -> dict:
-    if mode in LLAMACPP:
-        return run_llamacpp(pair, servers, prompt_ids, mode, max_new_tokens)
+    if mode in (servers or {}):  # a real engine's server, up for the whole bench
+        return servers[mode].run(prompt_ids, max_new_tokens)
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
         return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
-    if split_mode(mode)[0] in OURS:
+    if split_mode(mode)[0] in OUR_MODES:
         return run_ours(pair, prompt_ids, replace(mode_config(mode, k, max_new_tokens, schedule, variant, k_policy), target_kernel=kernel))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
@@ -346,16 +152,17 @@ def bench(
         raise ValueError(f"pair {pair.name!r} has no draft model")
     encoded = [pair.encode_prompt(p["prompt"], chat=p.get("chat", pair.chat), max_new_tokens=max_new_tokens) for p in prompts]
     variant_of = {m: split_mode(m)[1] or variants[0] for m in modes if split_mode(m)[0] in DRAFT_MODES}
-    # vLLM first, each mode a block with its own server, before llama.cpp's servers start (memory: one
-    # engine server beside our pair at a time).
-    blocks = vllm_blocks(pair, encoded, modes, k, max_new_tokens, repeats, warmup_tokens, log)
+    # Servers that run as blocks first, one at a time, before those that stay up beside our pair start
+    # (memory: one engine server beside our pair at a time).
+    blocks = run_blocks(pair, encoded, modes, k, max_new_tokens, repeats, warmup_tokens, log)
     results, summaries = [], {}
-    with llamacpp_servers(modes, k) as servers:
+    with servers_beside(pair, modes, k) as servers:
+        plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
+                    warmup_tokens, log)
         for kernel in kernels:
             release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
-            own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OURS and m != "plain_int4"]
-            found, summaries[kernel] = _bench_kernel(pair, prompts, encoded, own, variant_of, servers, blocks, kernel, k,
-                                                     max_new_tokens, repeats, schedule, k_policy, warmup_tokens, log)
+            own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
+            found, summaries[kernel] = bench_kernel(plan, own, kernel)
             results += found
     release(pair)
     summary = dict(summaries[kernels[0]])
@@ -368,7 +175,7 @@ def bench(
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
-                     "target_kernels": kernels, "best": _best_description(),
+                     "target_kernels": kernels, "best": best_description(),
                      "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
                                "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
@@ -379,7 +186,7 @@ def fastest_exact(results: list[Result]) -> dict | None:
     over the prompts) and its tokens/s over the fastest plain configuration of any kernel."""
     rates: dict[tuple[str, str], list[float]] = {}
     for r in results:
-        if split_mode(r.mode)[0] in OURS and r.mode != "plain_int4":
+        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
             rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
     if not rates:
         return None
@@ -389,78 +196,98 @@ def fastest_exact(results: list[Result]) -> dict | None:
     return {"mode": mode, "target_kernel": kernel, "tok_s": best, "over_fastest_plain": best / plain if plain else None}
 
 
-def _bench_kernel(pair, prompts, encoded, modes, variant_of, servers, blocks, kernel, k, max_new_tokens, repeats, schedule,
-                  k_policy, warmup_tokens, log):
-    """Every mode on every prompt with the target run by `kernel`: (results, summary). vLLM's runs
-    come done in `blocks`; the other modes alternate."""
+@dataclass(frozen=True)
+class Plan:
+    """What the runs of every target kernel share."""
 
-    def run(mode, prompt_ids, tokens):
-        return run_mode(pair, prompt_ids, mode, k, tokens, schedule, variant_of.get(mode, "bf16"), k_policy, servers, kernel)
+    pair: ModelPair
+    prompts: list[dict]
+    encoded: list[list[int]]  # each prompt's ids, templated
+    variant_of: dict[str, str]  # draft-model mode -> its draft variant
+    servers: dict  # mode -> a real engine's server up for the whole bench (bench_servers.Served)
+    blocks: dict  # (prompt index, mode) -> the runs done as blocks (servers one at a time)
+    k: int
+    max_new_tokens: int
+    repeats: int
+    schedule: str
+    k_policy: str | None
+    warmup_tokens: int
+    log: Callable[[str], None]
 
-    alternating = [m for m in modes if m not in VLLM]
+    def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str) -> dict:
+        return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
+                        self.k_policy, self.servers, kernel)
+
+
+def bench_kernel(plan: Plan, modes: list[str], kernel: str) -> tuple[list[Result], dict]:
+    """Every mode on every prompt with the target run by `kernel`: (results, summary). The runs of
+    servers one at a time come done in `plan.blocks`; the other modes alternate."""
+    alternating = [m for m in modes if not runs_as_block(m)]
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
     # building (or loading) draft variants, target kernels and the int4 target, which the timed runs then reuse.
     for mode in alternating:
-        run(mode, encoded[0], warmup_tokens)
-
+        plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel)
     results, events = [], {}
-    total = len(prompts) * repeats * len(alternating)
-    done = 0
-    for i, (p, prompt_ids) in enumerate(zip(prompts, encoded)):
+    counter = [0, len(plan.prompts) * plan.repeats * len(alternating)]  # runs done, runs in all
+    for i, (p, prompt_ids) in enumerate(zip(plan.prompts, plan.encoded)):
         pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: list(blocks.get((i, m), [])) for m in modes}
-        for r in range(repeats):
-            # Rotate the order each round so no mode always runs right after another.
-            for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
-                out = run(mode, prompt_ids, max_new_tokens)
-                runs[mode].append(out)
-                done += 1
-                log(f"[{done}/{total}] {kernel} {pid} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s ({len(out['ids']) / out['seconds']:.2f} tok/s)")
+        runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
+        rounds(plan, runs, alternating, prompt_ids, f"{kernel} {pid}", kernel, counter)
         for mode in modes:
-            reference = runs[OWN_PLAIN.get(mode, "plain")][0]
-            seconds = [out["seconds"] for out in runs[mode]]
-            first = runs[mode][0]
-            median_s = statistics.median(seconds)
-            result = Result(
-                prompt=pid,
-                mode=mode,
-                tokens=len(first["ids"]),
-                seconds=median_s,
-                tok_s=len(first["ids"]) / median_s,
-                identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == reference["ids"] for out in runs[mode]),
-                acceptance_rate=first["acceptance_rate"],
-                target_passes=first["target_passes"],
-                mean_k=first["mean_k"],
-                runs_s=seconds,
-                draft_variant=variant_of.get(mode),
-                target_kernel=None if mode in LLAMACPP + VLLM else kernel if split_mode(mode)[0] in OURS else "bf16",  # transformers': as loaded
-            )
-            if "events" in first:
-                events[pid, mode] = first["events"]
-            if mode == "plain_int4":
-                d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
-                result.first_difference = None if d.difference is None else {
-                    "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
-                    "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
-                result.agree_first_64 = d.agree
-            elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
-                d = first_difference(first["events"], reference["events"], pair.dtype_name)
-                result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
-                                           "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
-            results.append(result)
+            results.append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel))
+            if "events" in runs[mode][0]:
+                events[pid, mode] = runs[mode][0]["events"]
+    return results, kernel_summary(plan, results, events, modes, kernel)
 
-    draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in variant_of.items() if m in modes}
+
+def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, kernel: str, counter: list) -> None:
+    """`plan.repeats` rounds of the alternating modes on one prompt, each run appended to `runs`."""
+    for r in range(plan.repeats):
+        # Rotate the order each round so no mode always runs right after another.
+        for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
+            out = plan.run(mode, prompt_ids, plan.max_new_tokens, kernel)
+            runs[mode].append(out)
+            counter[0] += 1
+            plan.log(f"[{counter[0]}/{counter[1]}] {what} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s "
+                     f"({len(out['ids']) / out['seconds']:.2f} tok/s)")
+
+
+def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | None, kernel: str) -> Result:
+    """One mode's record on one prompt, from its runs: the median time, and whether (and where) its
+    output departs from the plain decoding it is judged against."""
+    reference = runs[OWN_PLAIN.get(mode, "plain")][0]
+    seconds = [out["seconds"] for out in runs[mode]]
+    first = runs[mode][0]
+    median_s = statistics.median(seconds)
+    result = Result(
+        prompt=pid, mode=mode, tokens=len(first["ids"]), seconds=median_s, tok_s=len(first["ids"]) / median_s,
+        identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == reference["ids"] for out in runs[mode]),
+        acceptance_rate=first["acceptance_rate"], target_passes=first["target_passes"], mean_k=first["mean_k"],
+        runs_s=seconds, draft_variant=variant,
+        target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
+    )
+    if mode == "plain_int4":
+        d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
+        result.first_difference = None if d.difference is None else {
+            "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
+            "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
+        result.agree_first_64 = d.agree
+    elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
+        d = first_difference(first["events"], reference["events"], pair.dtype_name)
+        result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
+                                   "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
+    return result
+
+
+def kernel_summary(plan: Plan, results: list[Result], events: dict, modes: list[str], kernel: str) -> dict:
+    pair = plan.pair
+    draft_gb = {m: resident_gb(draft_model(pair, v)) for m, v in plan.variant_of.items() if m in modes}
     draft_gb.update({m: resident_gb(pair.draft) for m in modes if m.startswith("hf_assisted")})
     summary = summarize_results(results, events, modes, draft_gb)
     summary["target_memory_gb"] = {"plain": resident_gb(kernel_target(pair, kernel))}
     if "plain_int4" in modes:
         summary["target_memory_gb"]["plain_int4"] = resident_gb(target_model(pair, "int4"))
-    return results, summary
-
-
-def _best_description() -> str:
-    b = best_config(GenerationConfig())
-    return f"drafter={b.drafter}, k_policy={b.k_policy}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
+    return summary
 
 
 def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
@@ -468,47 +295,3 @@ def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
     if name and pair.draft is not None:
         pair.draft.to(DTYPES[name])
 
-
-def run_bench(args) -> int:
-    from specdec.cli.args import kernel_names, load, variant_names
-
-    if getattr(args, "exact", False):
-        args.dtype = "fp32"
-    if not 1 <= args.k <= MAX_K:
-        raise ValueError(f"k must be an integer in 1..{MAX_K}, got {args.k}")
-    if args.repeats < 1 or args.max_new_tokens < 1:
-        raise ValueError("repeats and max_new_tokens must be >= 1")
-    prompts = load_prompts(args.prompts)
-    pair = load(args)
-    set_draft_dtype(pair, getattr(args, "draft_dtype", None))
-    modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    kernels = kernel_names(args)  # bad names fail before the models load
-    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, k=args.k,
-                   max_new_tokens=args.max_new_tokens, repeats=args.repeats, schedule=getattr(args, "schedule", "constant"),
-                   k_policy=getattr(args, "k_policy", None))
-    if args.json:
-        print(json.dumps(report, ensure_ascii=False))
-    else:
-        print(table(report))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m specdec.bench.runner ...` is `python -m specdec bench ...`: the same options (cli_args)."""
-    import argparse
-
-    from specdec.models.bundle_chunks import BundleError
-    from specdec.cli.args import add_bench_command_args
-
-    parser = argparse.ArgumentParser(prog="python -m specdec.bench.runner", description=__doc__.splitlines()[0])
-    add_bench_command_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_bench(args)
-    except (ValueError, BundleError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

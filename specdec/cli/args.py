@@ -103,7 +103,7 @@ def load(args):
 
 
 def add_bench_command_args(p: argparse.ArgumentParser) -> None:
-    """Every option of `bench` (also `python -m specdec.bench.runner`)."""
+    """Every option of `bench` (also `python -m specdec.cli.bench`)."""
     from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
     from specdec.models.dtypes import DTYPES
 

@@ -7,6 +7,9 @@ import signal
 import sys
 import threading
 
+from specdec.engines import choice
+from specdec.engines.base import LLAMA_CPP
+
 
 def add_engines_command(sub) -> None:
     e = sub.add_parser("engines", help="real engines: build llama.cpp's llama-server and serve the embedded pair")
@@ -15,7 +18,7 @@ def add_engines_command(sub) -> None:
     b.add_argument("--if-possible", action="store_true", help="without cmake or a C++ compiler, say so and exit 0 (make test)")
     b.set_defaults(func=cmd_build)
     s = actions.add_parser("serve", help="serve the embedded pair with llama-server (its GGUF files) or vLLM (its converted folders) until Ctrl-C")
-    s.add_argument("engine", nargs="?", choices=("llama.cpp", "vllm"), default="llama.cpp", help="which server (default llama.cpp)")
+    s.add_argument("engine", nargs="?", choices=choice.REMOTE, default=LLAMA_CPP, help=f"which server (default {LLAMA_CPP})")
     s.add_argument("--lane", choices=("speculative", "plain", "both"), default=None,
                    help="speculative: with the draft model; plain: the target alone; both: one server each "
                         "(default: both for llama.cpp; speculative for vLLM, whose server takes 10 GB or more)")
@@ -60,11 +63,10 @@ def cmd_status(args) -> int:
 def cmd_serve(args) -> int:
     from specdec.engines.base import EngineError
 
-    if args.engine == "vllm":
-        from specdec.engines.vllm import PLAIN, SPECULATIVE, start_server
-    else:
-        from specdec.engines.llamacpp import PLAIN, SPECULATIVE, start_server
-    args.lane = args.lane or ("speculative" if args.engine == "vllm" else "both")
+    engine = choice.server_module(args.engine)
+    PLAIN, SPECULATIVE = engine.PLAIN, engine.SPECULATIVE
+    # Both lanes where two servers fit beside each other; else the speculative one alone (vLLM's takes 10 GB or more).
+    args.lane = args.lane or ("both" if choice.capabilities(args.engine).side_by_side else "speculative")
 
     if args.k < 1:
         raise ValueError(f"--k must be at least 1, got {args.k}")
@@ -72,7 +74,7 @@ def cmd_serve(args) -> int:
     servers = []
     try:
         for lane in lanes:
-            servers.append(start_server(lane, k=args.k))
+            servers.append(engine.start_server(lane, k=args.k))
             print(f"{servers[-1].name}: {servers[-1].url}  (log {servers[-1].log_path})", flush=True)
         print("serving; Ctrl-C stops", flush=True)
         stopped = threading.Event()

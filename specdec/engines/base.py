@@ -1,15 +1,34 @@
-"""What every remote engine shares: its one-line error, the protocol of a source of steps, and the
-assembler that turns "these tokens, so many drafted, so many accepted" into StepEvents."""
+"""What every engine shares: the engines' names, what a source of steps can do (Capabilities), the
+protocol of a source of steps (our engine's, specdec.engines.ours, and every remote one's), a remote
+engine's one-line error, and the assembler that turns "these tokens, so many drafted, so many
+accepted" into StepEvents."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
 from specdec.core.text import TextTracker
 
-SPECDEC, LLAMA_CPP, VLLM = "specdec", "llama.cpp", "vllm"
+SPECDEC, LLAMA_CPP, VLLM = "specdec", "llama.cpp", "vllm"  # the engines' names: the only place they are written
 ENGINES = (SPECDEC, LLAMA_CPP, VLLM)  # values of StepEvent.engine
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a source of steps can do, declared by the source, so that callers ask what it can do
+    rather than which engine it is."""
+
+    in_process: bool  # runs the pair in this process: no server address; the GPU budget learns its step times
+    follows_settings: bool  # runs with the page's drafter, K, K policy, target kernel and sampling (a server keeps those it was started with, greedy)
+    steps_through: bool  # a run can be held and advanced one step per call (Step, Run to end)
+    sweeps_k: bool  # the draft length can change from one run to the next (Sweep K)
+    reports_p_q: bool  # p_target, p_draft, the draws u and the step panel's distributions
+    lossy_lane: bool  # can run the lossy lane beside it (plain decoding on an int4 copy of the target)
+    own_cost_table: bool  # its pass costs are measured here under its own name (a co-design point takes c from them)
+    starts_embedded: bool  # the page can start its servers on the embedded pair
+    side_by_side: bool  # its servers fit beside our pair for a whole bench (vLLM's take over 12 GB: one at a time)
 
 
 class EngineError(RuntimeError):
@@ -18,15 +37,16 @@ class EngineError(RuntimeError):
 
 
 class StepSource(Protocol):
-    """A source of StepEvents: one target pass of a real engine per event, in order.
+    """A source of StepEvents: one target pass per event, in order, from our engine or a real one.
 
-    The plain lane is the same kind of source on a server started without a draft."""
+    The plain lane is the same kind of source with nothing drafted (a server started without a draft)."""
 
     engine: str  # StepEvent.engine of what it yields
+    capabilities: Capabilities  # what it can do, for callers that must not test `engine`
 
     def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
-        """Generate greedily from `prompt_ids` (already templated) and yield one event per step,
-        as soon as the step is known. Raises EngineError with one line on any failure."""
+        """Generate from `prompt_ids` (already templated) and yield one event per step, as soon as
+        the step is known (a remote engine: greedily, raising EngineError with one line on any failure)."""
         ...
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from specdec.core.events import FINISH_EOS, FINISH_LENGTH, StepEvent
-from specdec.engines.base import LLAMA_CPP, EngineError, StepAssembler
+from specdec.engines.base import LLAMA_CPP, Capabilities, EngineError, StepAssembler
 from specdec.engines.server import Progress, ServerProcess, free_port
 from specdec.engines.held_tokens import HeldTokens
 from specdec.engines.llamacpp_steps import StepCutter, fill
@@ -130,6 +130,9 @@ class LlamaCppSource:
     Plain (False): the server must not draft; one that does fails too, since it is no plain baseline."""
 
     engine = LLAMA_CPP
+    # Greedy runs at the K the server was started with; counts of drafts, no p or q, no run held between calls.
+    capabilities = Capabilities(in_process=False, follows_settings=False, steps_through=False, sweeps_k=False,
+                                reports_p_q=False, lossy_lane=False, own_cost_table=True, starts_embedded=True, side_by_side=True)
 
     def __init__(self, base_url: str, tokenizer, *, speculative: bool, eos_ids=(), timeout: float = 120.0):
         self.base_url = base_url.rstrip("/")

@@ -81,3 +81,9 @@ def measure_embedded(plain_url: str, vocab: int, progress: Progress | None = Non
     draft through a server of its own, started for the measurement and stopped after it."""
     with start_draft_server(progress) as draft:
         return measure(plain_url, draft.url, vocab, repeats=repeats)
+
+
+def embedded_tables(plain_url: str, vocab_size: int) -> dict[str, PassCosts]:
+    """The pass costs of the embedded pair's llama.cpp servers under the engine's name, to sit beside
+    the target kernels' tables (the theory tab draws each as its own kernel)."""
+    return {LLAMA_CPP: measure_embedded(plain_url, vocab_size)}

@@ -13,24 +13,9 @@ from typing import Iterator
 
 from specdec.core.config import GenerationConfig
 from specdec.core.events import StepEvent
-from specdec.engines.base import LLAMA_CPP, VLLM, EngineError, StepSource
+from specdec.engines.base import EngineError
+from specdec.engines.choice import remote_source
 from specdec.models.prompt import template_prompt
-
-REMOTE_ENGINES = (LLAMA_CPP, VLLM)  # engines this module can read
-
-
-def remote_source(engine: str, base_url: str, tokenizer, *, speculative: bool, eos_ids=()) -> StepSource:
-    """A StepSource reading `engine`'s server at `base_url` (speculative lane, or the plain lane's server)."""
-    if engine == LLAMA_CPP:
-        from specdec.engines.llamacpp import LlamaCppSource
-
-        return LlamaCppSource(base_url, tokenizer, speculative=speculative, eos_ids=eos_ids)
-    if engine == VLLM:
-        from specdec.engines.vllm import VllmSource
-
-        return VllmSource(base_url, tokenizer, speculative=speculative)
-    known = ", ".join(repr(e) for e in REMOTE_ENGINES)
-    raise ValueError(f"engine must be one of {known}, got {engine!r}")
 
 
 def remote_events(engine: str, base_url: str, prompt: str, tokenizer, config: GenerationConfig, *,
@@ -66,4 +51,4 @@ def start_embedded_llamacpp(k: int = 5, progress=None):
     return start_embedded_servers(k=k, progress=progress)
 
 
-__all__ = ["EngineError", "remote_events", "remote_updates", "remote_source", "start_embedded_llamacpp", "REMOTE_ENGINES"]
+__all__ = ["EngineError", "remote_events", "remote_updates", "start_embedded_llamacpp"]

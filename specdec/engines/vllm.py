@@ -24,7 +24,7 @@ from typing import Iterator
 
 from specdec.core.events import FINISH_EOS, FINISH_LENGTH, StepEvent
 from specdec.core.text import TextTracker
-from specdec.engines.base import VLLM, EngineError, StepAssembler
+from specdec.engines.base import VLLM, Capabilities, EngineError, StepAssembler
 from specdec.engines.server import Progress, ServerProcess, free_port
 from specdec.engines.stream import get_json, post_stream
 from specdec.models import machine
@@ -95,6 +95,9 @@ class VllmSource:
     Plain (False): the server must not speculate; one that does is no plain baseline and fails too."""
 
     engine = VLLM
+    # Greedy runs at the K the server was started with; counts of drafts, no p or q, no run held between calls.
+    capabilities = Capabilities(in_process=False, follows_settings=False, steps_through=False, sweeps_k=False,
+                                reports_p_q=False, lossy_lane=False, own_cost_table=False, starts_embedded=False, side_by_side=False)
 
     def __init__(self, base_url: str, tokenizer, *, speculative: bool, timeout: float = 300.0, model: str | None = None):
         self.base_url = base_url.rstrip("/")

@@ -1,0 +1,51 @@
+"""The bench's settings of our engine per mode: fixed or adaptive K with the draft model, prompt
+lookup, plain decoding, and `best`, the policy chosen on the mixed prompt set."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specdec.core.config import MAX_K, GenerationConfig
+
+LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
+
+
+def split_mode(mode: str) -> tuple[str, str | None]:
+    """"spec@int4-v32k" -> ("spec", "int4-v32k"); "plain" -> ("plain", None)."""
+    base, _, variant = mode.partition("@")
+    return base, variant or None
+
+
+def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16",
+                k_policy: str | None = None) -> GenerationConfig:
+    """Our engine's settings for a mode. `schedule` applies to `spec` and, on the HF side, to
+    `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise.
+    `k_policy`, when given, is `spec`'s K policy instead (specdec/core/k_policy.py: fixed, adaptive, cost).
+    `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`)."""
+    mode, own = split_mode(mode)
+    base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM,
+                            draft_variant=own or variant)
+    if mode in ("plain", "plain_int4"):
+        return replace(base, drafter="none", draft_variant="bf16")
+    if mode == "spec":
+        policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
+        return replace(base, drafter="model", k_policy=policy, k_max=MAX_K)
+    if mode == "lookup":
+        return replace(base, drafter="lookup", draft_variant="bf16")
+    if mode == "best":
+        return best_config(base)
+    raise ValueError(f"{mode!r} is not one of our modes")
+
+
+def best_config(base: GenerationConfig) -> GenerationConfig:
+    """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
+    lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
+    otherwise; K chosen each step from this machine's pass costs and the acceptance so far, within
+    0..8 (0: a plain step where drafting would not pay; specdec/core/k_policy.py); the draft stops
+    early when unsure (a rejected draft token costs a draft pass for nothing)."""
+    return replace(base, drafter="auto", k_policy="cost", k_max=8, draft_confidence=0.4)
+
+
+def best_description() -> str:
+    b = best_config(GenerationConfig())
+    return f"drafter={b.drafter}, k_policy={b.k_policy}, k_max={b.k_max}, draft_confidence={b.draft_confidence}"
