@@ -21,7 +21,7 @@ import torch
 
 from specdec.core.acceptance import one_hot, residual
 from specdec.core.decoding import Decoding
-from specdec.core.events import EOS_ACCEPTED, StepEvent
+from specdec.core.events import EOS_ACCEPTED, OUR_ENGINE, StepEvent
 
 TOP_N = 8  # tokens kept per distribution: enough to see where the mass is
 
@@ -185,7 +185,7 @@ class StepExplanation:
     token_text: str | None  # the target's own token (None for an "eos" step, which has none)
     token_margin: float | None
     detail: StepDetail | None  # None: the run was not recorded (Generate); distributions and u are unknown
-    engine: str = "specdec"  # who produced the step (StepEvent.engine)
+    engine: str = OUR_ENGINE  # who produced the step (StepEvent.engine)
     unseen_rejected: int = 0  # rejected drafts the engine counted but did not name (no row of their own)
 
     @property

@@ -23,6 +23,9 @@ FINISH_LENGTH = "length"
 FINISH_STOPPED = "stopped"
 
 
+OUR_ENGINE = "specdec"  # StepEvent.engine of this project's own runs; the real engines' names are in specdec.engines.base
+
+
 @dataclass(frozen=True)
 class StepEvent:
     step: int  # 0-based index of the target forward pass
@@ -44,7 +47,7 @@ class StepEvent:
     finish: str | None = None  # set on the last event when the run ends by "eos" or "length" (a stop ends it between events)
     paused: bool = False  # K = 0 chosen by the cost K policy: drafting would not pay at the measured costs and the acceptance so far
     drafter: str = ""  # who drafted this step: "model" (a draft-model pass per token), "lookup" (no model pass), "" (nothing drafted)
-    engine: str = "specdec"  # who produced the event: "specdec" (this project's engine), "llama.cpp", "vllm"
+    engine: str = OUR_ENGINE  # who produced the event: this project's engine, or a real one (specdec.engines.base.ENGINES)
     unseen_rejected: int = 0  # rejected draft tokens the engine counted but did not name (not in `drafted`)
     predicted_tok_s: float | None = None  # tokens/s the cost K policy predicted for this step at its K (None: another policy)
 

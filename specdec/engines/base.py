@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Protocol
 
-from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, OUR_ENGINE, PLAIN, StepEvent
 from specdec.core.text import TextTracker
 
-SPECDEC, LLAMA_CPP, VLLM = "specdec", "llama.cpp", "vllm"  # the engines' names: the only place they are written
+SPECDEC = OUR_ENGINE  # this project's engine, named where the event contract is (StepEvent.engine's default)
+LLAMA_CPP, VLLM = "llama.cpp", "vllm"  # the real engines' names: the only place they are written
 ENGINES = (SPECDEC, LLAMA_CPP, VLLM)  # values of StepEvent.engine
 
 
