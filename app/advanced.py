@@ -123,5 +123,8 @@ def wire(page: Page) -> None:
     def relabel(*values):
         return gr.update(label=summary(AdvancedValues(*values)))
 
-    for control in page.advanced_fields:
-        control.change(relabel, page.advanced_fields, page.advanced, concurrency_limit=None, show_progress="hidden")
+    # One listener for every control, one call at a time: two quick changes (a box typed in, a
+    # checkbox ticked) are relabelled in the order they were made, so an older call, carrying the
+    # values of its moment, never finishes last and leaves a stale line.
+    gr.on([control.change for control in page.advanced_fields], relabel, page.advanced_fields, page.advanced,
+          concurrency_limit=1, concurrency_id="advanced-summary", show_progress="hidden")
