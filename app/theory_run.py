@@ -11,6 +11,7 @@ from specdec.engines.base import EngineError
 from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
 from specdec.bench.sweep import SWEEP_KS, sweep_k
+from specdec.measure.metrics import summarize
 
 from . import engine_choice, theory
 from .live import read_config
@@ -75,13 +76,14 @@ def sweep(page, values: dict, progress: gr.Progress):
             yield {page.theory_status: f"Sweep K on {pair.name}: plain decoding first (the reference for every point)\u2026"}
             plain = OurSource(pair, config, stop=stop).plain()
             plain_events = torch_thread.call(lambda: list(plain.run(prompt)))
+            plain_tok_s = summarize(plain_events).tokens_per_s
             for point in torch_thread.iterate(sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop)):
                 session.sweep.append(point)
                 if session.metrics is None and point.k >= min(config.k, SWEEP_KS[-1]):  # no run yet: the curves need one
                     session.metrics, session.k, session.speedup = point.metrics, point.k, point.speedup
                 out = theory.updates(page, session)
                 done = ", ".join(f"K={p.k} {p.speedup:.2f}\u00d7" for p in session.sweep if p.speedup)
-                out[page.theory_status] = f"Sweep K ({config.max_new_tokens} tokens, plain {plain.tokens_per_s:.1f} tok/s): {done}"
+                out[page.theory_status] = f"Sweep K ({config.max_new_tokens} tokens, plain {plain_tok_s:.1f} tok/s): {done}"
                 yield out
     except ValueError as err:
         yield {page.theory_status: f"Not started: {err}"}
