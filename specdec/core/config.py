@@ -11,6 +11,7 @@ MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
 DRAFTERS = ("model", "lookup", "auto", "none")
 K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/core/k_policy.py
+RUNNERS = ("eager", "static", "compiled")  # how both models' passes run (specdec/core/runners.py)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class GenerationConfig:
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
     target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/core/variant_names.py)
+    runner: str = "eager"  # eager: transformers as is, growing cache | static: preallocated cache, fixed shapes | compiled: static, captured
 
     @property
     def greedy(self) -> bool:
@@ -59,6 +61,8 @@ class GenerationConfig:
             raise ValueError(f"adaptive_k must be true or false, got {self.adaptive_k!r}")
         if self.adaptive_k and self.k_policy == "cost":
             raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         variant_parts(self.draft_variant)  # raises naming draft_variant and the allowed names
