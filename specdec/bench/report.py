@@ -9,6 +9,8 @@ import math
 import statistics
 
 
+from specdec.bench.modes import OUR_MODES
+from specdec.bench.policies import split_mode
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.models.machine import REPORTED_FLAGS
@@ -51,6 +53,35 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         summary["plain_int4"] = {p: {"first_difference": by[p, "plain_int4"].first_difference,
                                      "agree_first_64": by[p, "plain_int4"].agree_first_64} for p in prompts}
     return summary
+
+
+def fastest_exact(results: list) -> dict | None:
+    """The fastest exact configuration (our modes but the lossy lane, on any kernel; geomean tok/s
+    over the prompts), its tokens/s over the fastest plain configuration of any kernel and over each
+    real engine's plain decoding in the same run; `speculative`: the same for the fastest of our
+    modes that drafts (plain decoding left out)."""
+    rates: dict[tuple[str, str], list[float]] = {}
+    real_plain: dict[str, list[float]] = {}
+    for r in results:
+        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
+            rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
+        elif r.mode in OWN_PLAIN.values():
+            real_plain.setdefault(r.mode, []).append(r.tok_s)
+    if not rates:
+        return None
+    rate = {key: geomean(values) for key, values in rates.items()}
+    plain = max((v for (m, _), v in rate.items() if m == "plain"), default=None)
+    others = {mode: geomean(values) for mode, values in real_plain.items()}
+
+    def described(key: tuple[str, str]) -> dict:
+        tok_s = rate[key]
+        return {"mode": key[0], "target_kernel": key[1], "tok_s": tok_s, "over_fastest_plain": tok_s / plain if plain else None,
+                "over_real_plain": {mode: tok_s / v for mode, v in others.items() if v}}
+
+    out = described(max(rate, key=rate.get))
+    drafting = [key for key in rate if key[0] != "plain"]
+    out["speculative"] = described(max(drafting, key=rate.get)) if drafting else None
+    return out
 
 
 def by_mode_ours(modes) -> list:
@@ -154,11 +185,7 @@ def table(report: dict) -> str:
         lines.append("c (drafting per token / plain decode step, median): " + ", ".join(f"{m} {v:.3f}" for m, v in s["cost_ratio_c"].items()))
     if s["draft_memory_gb"]:
         lines.append("draft resident memory: " + ", ".join(f"{m} {v:.2f} GB" for m, v in s["draft_memory_gb"].items()))
-    fastest = s.get("fastest_exact")
-    if fastest:
-        over = f", {fastest['over_fastest_plain']:.2f}x the fastest plain configuration" if fastest["over_fastest_plain"] else ""
-        lines.append(f"fastest exact configuration: {fastest['mode']} on the {fastest['target_kernel']} target kernel, "
-                     f"{fastest['tok_s']:.2f} tok/s (geomean over prompts){over}")
+    lines += fastest_lines(s.get("fastest_exact")) + faithfulness_lines(s)
     lev = s.get("leviathan")
     if lev and lev["c"] is not None:
         lines.append(f"spec measured/predicted (prefill excluded): textbook {lev['measured_over_textbook']:.2f}, with measured "
@@ -167,3 +194,31 @@ def table(report: dict) -> str:
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(REPORTED_FLAGS)}, "
                  f"torch {m['torch']}, transformers {m['transformers']}, {m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
     return "\n".join(lines)
+
+
+def fastest_lines(fastest: dict | None) -> list[str]:
+    """The fastest exact configuration, and the fastest that drafts, each against the fastest plain one
+    and every real engine's plain decoding."""
+    lines = []
+    for what, f in (("fastest exact configuration", fastest), ("fastest speculative", (fastest or {}).get("speculative"))):
+        if not f:
+            continue
+        over = [f"{f['over_fastest_plain']:.2f}x the fastest plain configuration"] if f["over_fastest_plain"] else []
+        over += [f"{v:.2f}x {mode}" for mode, v in f["over_real_plain"].items()]
+        lines.append(f"{what}: {f['mode']} on the {f['target_kernel']} target kernel, {f['tok_s']:.2f} tok/s "
+                     f"(geomean over prompts)" + "".join(", " + o for o in over))
+    return lines
+
+
+def faithfulness_lines(s: dict) -> list[str]:
+    """Each plain run against bf16 plain decoding: mean top-1 agreement under teacher forcing, and where
+    the greedy text first departs, per prompt (- where it never does)."""
+    by_kernel = s.get("by_kernel") or {None: s}
+    lines = []
+    for kernel, ks in by_kernel.items():
+        for mode, f in (ks.get("faithfulness") or {}).items():
+            where = ", ".join("-" if i is None else str(i) for i in f["departs_bf16_at"].values())
+            label = mode if mode != "plain" or kernel is None else f"plain [{kernel}]"
+            lines.append(f"faithful to bf16 plain: {label} top-1 {f['top1_agree_bf16']:.3f}, departs at {where}")
+    return lines
+

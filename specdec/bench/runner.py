@@ -20,10 +20,11 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
+from specdec.bench import faithful
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import geomean, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
+from specdec.bench.report import fastest_exact, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
 from specdec.core.config import GenerationConfig
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
@@ -55,6 +56,8 @@ class Result:
     first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
     target_kernel: str | None = "bf16"  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
+    departs_bf16_at: int | None = None  # plain modes: first new token where the output leaves bf16 plain's (None: same, or not judged)
+    top1_agree_bf16: float | None = None  # plain modes: top-1 agreement with bf16 plain's output under teacher forcing
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -146,7 +149,7 @@ def bench(
     variants = variants or [default_variant(pair.name, pair.device)]
     for v in variants:
         parse_variant(v)
-    kernels = list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"])))
+    kernels = faithful.reference_first(list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"]))))
     modes = expand_modes(modes, variants)
     if pair.draft is None and any(split_mode(m)[0] in DRAFT_MODES or m.startswith("hf_assisted") for m in modes):
         raise ValueError(f"pair {pair.name!r} has no draft model")
@@ -158,7 +161,7 @@ def bench(
     results, summaries = [], {}
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
-                    warmup_tokens, log)
+                    warmup_tokens, log, references={})
         for kernel in kernels:
             release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
             own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
@@ -181,21 +184,6 @@ def bench(
     }
 
 
-def fastest_exact(results: list[Result]) -> dict | None:
-    """The fastest exact configuration (our modes but the lossy lane, on any kernel; geomean tok/s
-    over the prompts) and its tokens/s over the fastest plain configuration of any kernel."""
-    rates: dict[tuple[str, str], list[float]] = {}
-    for r in results:
-        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
-            rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
-    if not rates:
-        return None
-    rate = {key: geomean(values) for key, values in rates.items()}
-    (mode, kernel), best = max(rate.items(), key=lambda item: item[1])
-    plain = max((v for (m, _), v in rate.items() if m == "plain"), default=None)
-    return {"mode": mode, "target_kernel": kernel, "tok_s": best, "over_fastest_plain": best / plain if plain else None}
-
-
 @dataclass(frozen=True)
 class Plan:
     """What the runs of every target kernel share."""
@@ -213,6 +201,7 @@ class Plan:
     k_policy: str | None
     warmup_tokens: int
     log: Callable[[str], None]
+    references: dict  # prompt id -> the bf16 kernel's plain output, what every plain run is judged against (bench.faithful)
 
     def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str) -> dict:
         return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
@@ -233,8 +222,10 @@ def bench_kernel(plan: Plan, modes: list[str], kernel: str) -> tuple[list[Result
         pid = str(p.get("id", len(results)))
         runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
         rounds(plan, runs, alternating, prompt_ids, f"{kernel} {pid}", kernel, counter)
+        found = [result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel) for mode in modes]
+        faithful.judge(plan, pid, prompt_ids, runs, found, kernel)
+        results += found
         for mode in modes:
-            results.append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel))
             if "events" in runs[mode][0]:
                 events[pid, mode] = runs[mode][0]["events"]
     return results, kernel_summary(plan, results, events, modes, kernel)
@@ -285,6 +276,7 @@ def kernel_summary(plan: Plan, results: list[Result], events: dict, modes: list[
     draft_gb.update({m: resident_gb(pair.draft) for m in modes if m.startswith("hf_assisted")})
     summary = summarize_results(results, events, modes, draft_gb)
     summary["target_memory_gb"] = {"plain": resident_gb(kernel_target(pair, kernel))}
+    summary["faithfulness"] = faithful.summary(results, kernel)
     if "plain_int4" in modes:
         summary["target_memory_gb"]["plain_int4"] = resident_gb(target_model(pair, "int4"))
     return summary

@@ -30,6 +30,7 @@ class Capabilities:
     own_cost_table: bool  # its pass costs are measured here under its own name (a co-design point takes c from them)
     starts_embedded: bool  # the page can start its servers on the embedded pair
     side_by_side: bool  # its servers fit beside our pair for a whole bench (vLLM's take over 12 GB: one at a time)
+    forces_tokens: bool = False  # says its top-1 next token along a given text (forced_predictions: faithfulness)
 
 
 class EngineError(RuntimeError):
@@ -49,6 +50,10 @@ class StepSource(Protocol):
         """Generate from `prompt_ids` (already templated) and yield one event per step, as soon as
         the step is known (a remote engine: greedily, raising EngineError with one line on any failure)."""
         ...
+
+    # A source whose capabilities say forces_tokens also has
+    #   forced_predictions(prompt_ids, reference) -> list[int]
+    # its top-1 next token after the prompt and each prefix of `reference` (specdec.measure.faithfulness).
 
 
 class StepAssembler:

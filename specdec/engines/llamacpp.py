@@ -132,7 +132,8 @@ class LlamaCppSource:
     engine = LLAMA_CPP
     # Greedy runs at the K the server was started with; counts of drafts, no p or q, no run held between calls.
     capabilities = Capabilities(in_process=False, follows_settings=False, steps_through=False, sweeps_k=False,
-                                reports_p_q=False, lossy_lane=False, own_cost_table=True, starts_embedded=True, side_by_side=True)
+                                reports_p_q=False, lossy_lane=False, own_cost_table=True, starts_embedded=True, side_by_side=True,
+                                forces_tokens=True)
 
     def __init__(self, base_url: str, tokenizer, *, speculative: bool, eos_ids=(), timeout: float = 120.0):
         self.base_url = base_url.rstrip("/")
@@ -234,6 +235,13 @@ class LlamaCppSource:
                               f"did not list their ids when asked again (got {ids!r:.80})")
         return ids
 
+    def forced_predictions(self, prompt_ids: list[int], reference: list[int]) -> list[int]:
+        """The server's top-1 next token after the prompt and each prefix of `reference` (teacher
+        forcing, specdec.measure.faithfulness): one greedy token per request, the prompt cached by the
+        server, so every request after the first runs one new token through the same single-token
+        path as its own decoding."""
+        return [self.continuation(list(prompt_ids) + list(reference[:i]), 1)[0] for i in range(len(reference))]
+
     def _check_lane(self, where: str, counters: tuple[int, int], total: int) -> None:
         if not self.speculative and counters[0]:
             raise EngineError(f"{where} drafts (draft_n moved), so it is no plain baseline: start the plain lane's server without -md")
@@ -256,3 +264,4 @@ def eos_ids_of(tokenizer) -> frozenset[int]:
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     ids |= {vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>") if t in vocab}
     return frozenset(i for i in ids if i is not None)
+

@@ -15,11 +15,13 @@ from specdec.core.config import GenerationConfig
 from specdec.core.decoding import Decoding
 from specdec.core.detail import DetailedDecoding
 from specdec.core.events import StepEvent
-from specdec.engines.assemble import build_decoding, generate
+from specdec.engines.assemble import build_decoding, generate, run_parts
 from specdec.engines.base import SPECDEC, Capabilities
+from specdec.measure.faithfulness import forced_predictions
 
 CAPABILITIES = Capabilities(in_process=True, follows_settings=True, steps_through=True, sweeps_k=True, reports_p_q=True,
-                            lossy_lane=True, own_cost_table=False, starts_embedded=False, side_by_side=True)
+                            lossy_lane=True, own_cost_table=False, starts_embedded=False, side_by_side=True,
+                            forces_tokens=True)
 
 
 class OurSource:
@@ -44,6 +46,11 @@ class OurSource:
     def plain(self) -> "OurSource":
         """The baseline: the same engine and settings with nothing drafted (one token per step)."""
         return OurSource(self.pair, plain_config(self.config), stop=self.stop)
+
+    def forced_predictions(self, prompt_ids: list[int], reference: list[int]) -> list[int]:
+        """The target's top-1 next token (on this source's target kernel) after the prompt and each
+        prefix of `reference`, from one pass (specdec.measure.faithfulness)."""
+        return forced_predictions(run_parts(self.pair, plain_config(self.config)).target, prompt_ids, reference)
 
     def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
         """StepSource: a run of prompt ids already templated (the prefill happens in the first step)."""

@@ -1,0 +1,75 @@
+"""Faithfulness of a target kernel to the dense target: where its greedy text departs, and its top-1
+agreement under teacher forcing; and the bench's columns built from them."""
+
+import pytest
+import torch
+
+from specdec.core.cached_model import CachedModel
+from specdec.measure.faithfulness import faithfulness, first_departure, forced_predictions, top1_agreement
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+
+
+def test_first_departure():
+    assert first_departure([1, 2, 3], [1, 2, 3]) is None
+    assert first_departure([1, 9, 3], [1, 2, 3]) == 1
+    assert first_departure([1, 2], [1, 2, 3]) == 2  # a run that ended early departs where it ended
+    assert first_departure([5], [1]) == 0
+
+
+def test_top1_agreement():
+    assert top1_agreement([1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
+    assert top1_agreement([], []) is None
+    with pytest.raises(ValueError, match="2 predictions for a reference of 3"):
+        top1_agreement([1, 2], [1, 2, 3])
+
+
+def test_forced_predictions_are_the_greedy_choices_along_a_text(tiny_pair):
+    """Along the model's own greedy output, teacher forcing predicts that output (fp32: no ties)."""
+    from specdec.core.config import GenerationConfig
+    from specdec.engines.assemble import generate
+
+    config = GenerationConfig(max_new_tokens=10, drafter="none")
+    ids = [t for e in generate(tiny_pair, PROMPT, config, chat=False) for t in e.emitted]
+    prompt_ids = tiny_pair.encode_prompt(PROMPT, chat=False, max_new_tokens=10)
+    model = CachedModel(tiny_pair.target, tiny_pair.vocab_size)
+    predicted = forced_predictions(model, prompt_ids, ids)
+    assert predicted == ids
+    f = faithfulness(ids, ids, predicted)
+    assert f.first_departure is None and f.top1_agreement == 1.0 and f.compared == 10
+    # Along another text, the predictions are the model's choices after each of its prefixes.
+    other = [(t + 1) % tiny_pair.vocab_size for t in ids]
+    predicted = forced_predictions(CachedModel(tiny_pair.target, tiny_pair.vocab_size), prompt_ids, other)
+    for i in (0, 4, 9):
+        lm = CachedModel(tiny_pair.target, tiny_pair.vocab_size)
+        logits = lm.forward(torch.tensor(prompt_ids + other[:i]), last_only=True)
+        assert predicted[i] == int(logits.argmax())
+
+
+def test_bench_judges_every_plain_run_against_bf16(tiny_pair):
+    from specdec.bench.report import table
+    from specdec.bench.runner import bench
+
+    prompts = [{"id": "code", "prompt": PROMPT, "chat": False}]
+    report = bench(tiny_pair, prompts, modes=["plain", "spec"], kernels=["q4k", "bf16"], k=3, max_new_tokens=10,
+                   warmup_tokens=2, log=lambda line: None)
+    assert report["settings"]["target_kernels"] == ["bf16", "q4k"]  # the reference runs first
+    rows = {(r["mode"], r["target_kernel"]): r for r in report["results"]}
+    bf16, q4k = rows["plain", "bf16"], rows["plain", "q4k"]
+    assert bf16["departs_bf16_at"] is None and bf16["top1_agree_bf16"] == 1.0  # fp32: the one pass agrees with decoding
+    assert 0 <= q4k["top1_agree_bf16"] <= 1
+    assert rows["spec", "q4k"]["top1_agree_bf16"] is None  # speculative runs are judged against their own plain run
+    # The figures are what the measure says of the two outputs: recompute them here.
+    bf16_ids = [t for e in bench_events(tiny_pair, "bf16") for t in e.emitted]
+    q4k_ids = [t for e in bench_events(tiny_pair, "q4k") for t in e.emitted]
+    assert q4k["departs_bf16_at"] == first_departure(q4k_ids, bf16_ids)
+    by_kernel = report["summary"]["by_kernel"]
+    assert by_kernel["q4k"]["faithfulness"]["plain"]["top1_agree_bf16"] == q4k["top1_agree_bf16"]
+    assert "faithful to bf16 plain: plain [q4k] top-1" in table(report)
+
+
+def bench_events(pair, kernel):
+    from specdec.core.config import GenerationConfig
+    from specdec.engines.assemble import generate
+
+    return list(generate(pair, PROMPT, GenerationConfig(max_new_tokens=10, drafter="none", target_kernel=kernel), chat=False))
