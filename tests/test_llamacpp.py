@@ -17,6 +17,7 @@ PROMPTS = ("Write a Python function that returns the sum of the squares of a lis
            "def is_palindrome(s):")
 MAX_NEW_TOKENS = 40
 K = 4
+FORCED = 12  # positions of teacher forcing checked (one request each)
 # An answer with emoji and CJK characters: tokens that end half a UTF-8 character, which
 # llama-server sends no chunk for (their ids are recovered: specdec/engines/held_tokens.py).
 WIDE_PROMPT = "Repeat this line exactly, and write nothing else: 🎉🚀 你好，世界！龘 🦙 done"
@@ -51,6 +52,9 @@ def llamacpp():
             out[lane] = [_run(source, ids) for ids in prompt_ids]
             out[f"{lane} wide"] = _wide_runs(source, template_prompt(tokenizer, WIDE_PROMPT, chat=True))
             out[f"{lane} rss"] = server.rss_bytes()
+            if lane == PLAIN_LANE:  # teacher forcing along its own greedy output (the bench's faithfulness)
+                own = [t for e in out[lane][0][0] for t in e.emitted][:FORCED]
+                out["forced"] = (own, source.forced_predictions(prompt_ids[0], own))
             wrong = LlamaCppSource(server.url, tokenizer, speculative=lane != SPECULATIVE)  # the other lane's role
             with pytest.raises(EngineError) as err:
                 list(wrong.iter_events(prompt_ids[0], MAX_NEW_TOKENS))
@@ -132,6 +136,13 @@ def test_greedy_speculative_text_equals_its_plain_text(llamacpp):
         spec_ids = [t for e in spec for t in e.emitted]
         assert spec_ids == [t for e in plain for t in e.emitted]
         assert "".join(p for e in spec for p in e.emitted_text) == tokenizer.decode(spec_ids, skip_special_tokens=True)
+
+
+def test_teacher_forcing_along_its_own_output_predicts_that_output(llamacpp):
+    """Each forced request runs one new token through the same single-token path as decoding, so along
+    the server's own greedy output its top-1 is that output: what makes top1_agree_bf16 comparable."""
+    own, predicted = llamacpp["forced"]
+    assert len(own) == FORCED and predicted == own
 
 
 def test_a_lane_on_the_wrong_server_says_so(llamacpp):
