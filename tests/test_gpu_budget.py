@@ -115,3 +115,14 @@ def test_gpu_size_from_the_environment():
     assert gpu_budget.gpu_size({"SPECDEC_GPU_SIZE": "xlarge"}) == "xlarge" and gpu_budget.card_share({"SPECDEC_GPU_SIZE": "xlarge"}) == 1.0
     with pytest.raises(ValueError, match="SPECDEC_GPU_SIZE must be one of large, xlarge, got 'huge'"):
         gpu_budget.gpu_size({"SPECDEC_GPU_SIZE": "huge"})
+
+
+def test_the_cost_policys_table_is_counted_where_it_may_be_measured_inside_the_call():
+    fixed = GenerationConfig(max_new_tokens=64, k=5)
+    cost = replace(fixed, k_policy="cost")
+    without_table = replace(COSTS, table_s=0.0)
+    assert COSTS.table_s > 0 and call_seconds(cost, True, COSTS) - call_seconds(cost, True, without_table) == pytest.approx(COSTS.table_s)
+    assert call_seconds(fixed, True, COSTS) == call_seconds(fixed, True, without_table)  # a fixed K reads no table
+    plain = replace(cost, drafter="none")  # nothing drafted: no table is read
+    assert call_seconds(plain, False, COSTS) == pytest.approx(COSTS.setup_s + 64 * COSTS.decode_s)
+    assert max_new_tokens_within(60, cost, True, COSTS) < max_new_tokens_within(60, cost, True, without_table)
