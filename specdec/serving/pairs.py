@@ -189,8 +189,12 @@ _shared_lock = threading.Lock()
 
 
 def shared_store() -> PairStore:
-    """The process's store, built from the environment on first use (the app and its GPU worker share it)."""
+    """The process's store, built from the environment on first use (the app and its GPU worker share it).
+    Once built it is returned without the lock, which a ZeroGPU worker may inherit held by a thread
+    the fork did not keep."""
     global _shared
+    if _shared is not None:
+        return _shared
     with _shared_lock:
         if _shared is None:
             _shared = PairStore(offered_pairs(), loads_on_demand=not machine.zero_gpu())
