@@ -27,7 +27,7 @@ from specdec.models import machine
 from specdec.models.dtypes import dtype_name
 from specdec.models.pair import ModelPair, build_pair
 from specdec.serving import torch_thread
-from specdec.serving.pairs import PairStore
+from specdec.serving.pairs import PairStore, describe
 
 CUDA = torch.device("cuda")
 
@@ -53,8 +53,8 @@ def place_for_zero_gpu(store: PairStore, device: torch.device = CUDA) -> list[st
     for name in store.offer.names:
         try:
             pair = build_pair(name, device="cpu", dtype=dtype_name(store.pair_dtype))
-        except (ValueError, OSError) as err:  # this pair is not served; the others still are
-            lines.append(f"error: could not load pair {name!r} at start-up: {str(err).splitlines()[0]}")
+        except Exception as err:  # this pair is not served (the page says so to who asks); the others still are
+            lines.append(f"error: could not load pair {name!r} at start-up: {describe(err)}")
             continue
         built = build_offered(pair, device)
         place(pair, device)
