@@ -251,3 +251,10 @@ def test_on_a_gpu_the_weights_are_read_straight_onto_it(monkeypatch):
         Loader(device, pairs.torch.bfloat16, spread=False, progress=None).from_sources("p", "t", "d", True, "given ids or folders")
         assert asked == [expected, expected], (device, zero)
     assert Loader(CUDA, pairs.torch.bfloat16, spread=True, progress=None).placement() == {"device_map": "auto"}
+
+
+def test_a_local_copy_too_big_for_the_gpu_is_not_made_the_default(monkeypatch):
+    gpu_of(monkeypatch, 24)
+    monkeypatch.setattr(pair_offer, "in_hub_cache", lambda repo: True)  # every preset's repos are in the local cache
+    offer = pairs.offered_pairs({"HF_HUB_OFFLINE": "1"}, device=CUDA, dtype="bf16")
+    assert LARGE in offer.names and offer.default == BIG  # offered (it loads without a download), but it does not fit

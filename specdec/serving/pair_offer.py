@@ -168,7 +168,8 @@ def offered_pairs(environ=os.environ, device: torch.device | None = None, dtype:
     candidates = [PRESETS[n] for n in listed] if listed is not None else list(PRESETS.values())
     hidden = {p.name: why for p in candidates if p.name != chosen and (why := why_hidden(p))}
     offered = [p for p in candidates if p.name not in hidden]
-    default, why_default = (chosen, why_chosen) if chosen else largest(offered, total, where)
+    fitting = [p for p in offered if total is not None and fits(needed_bytes(p, dt, gpu), total, gpu)]
+    default, why_default = (chosen, why_chosen) if chosen else largest(fitting, total, where)
     hidden.pop(default, None)  # the default is offered even where it may fail to load: the page says why then
     if gpu and machine.zero_gpu(environ) and listed is None:
         hidden.update({p.name: NOT_LOADED_AT_START for p in offered if p.name != default})
@@ -176,12 +177,12 @@ def offered_pairs(environ=os.environ, device: torch.device | None = None, dtype:
     return Offer(default, tuple(names), hidden, why_default)
 
 
-def largest(offered: list[PairPreset], total: int | None, where: str) -> tuple[str, str]:
-    """The GPU default: the offered preset with the most parameters (every one offered fits), else
-    the project default."""
+def largest(fitting: list[PairPreset], total: int | None, where: str) -> tuple[str, str]:
+    """The GPU default: of the offered presets that fit (a local copy is offered without the check),
+    the one with the most parameters; else the project default."""
     if total is None:
         return DEFAULT_PAIR, "the project's default (this GPU's memory could not be read)"
-    if not offered:
-        return DEFAULT_PAIR, "the project's default (no other pair is offered here)"
-    best = max(offered, key=lambda p: p.params_b)
+    if not fitting:
+        return DEFAULT_PAIR, "the project's default (no other offered pair fits here)"
+    best = max(fitting, key=lambda p: p.params_b)
     return best.name, f"the largest pair that fits {where}'s {total / GB:.1f} GB"
