@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.kernels import device_offer
 from specdec.kernels.variants import default_variant
 from specdec.models.pair import pick_device
 
@@ -78,11 +78,14 @@ def summary(values: AdvancedValues) -> str:
     return "Advanced: " + " \u00b7 ".join(parts)
 
 
-def section(page: Page, default_pair: str) -> None:
+def section(page: Page, default_pair: str, pair_note: str = "") -> None:
     """The closed accordion and the controls inside it; `page.advanced_fields` lists them in the
-    order of AdvancedValues' fields (wire() reads them in that order)."""
+    order of AdvancedValues' fields (wire() reads them in that order). `pair_note`: why the pairs on
+    offer are these (serving.pair_offer's Offer.explain), shown at the top."""
     defaults = AdvancedValues(draft_variant=default_variant(default_pair, pick_device()))
     with gr.Accordion(summary(defaults), open=False, elem_id="advanced") as page.advanced:
+        if pair_note:
+            gr.Markdown(f"Model pairs here. {pair_note}", elem_id="pair-offer")
         controls(page, defaults)
     page.advanced_fields = [page.drafter, page.draft_variant, page.target_kernel, page.adaptive, page.cost_k,
                             page.top_p, page.top_k, page.seed, page.engine, page.spec_url, page.plain_url,
@@ -91,18 +94,21 @@ def section(page: Page, default_pair: str) -> None:
 
 
 def controls(page: Page, defaults: AdvancedValues) -> None:
+    device = pick_device()  # the dropdowns list what runs honestly here, and say why the rest does not
+    variants, kernels = device_offer.draft_variants(device), device_offer.target_kernels(device)
     page.drafter = gr.Radio(DRAFTERS, value=defaults.drafter, label="Drafter", elem_id="drafter")
     with gr.Row():
         page.draft_variant = gr.Dropdown(
-            list(VARIANTS), value=defaults.draft_variant, label="Draft variant", elem_id="draft-variant",
+            list(variants.names), value=defaults.draft_variant, label="Draft variant", elem_id="draft-variant",
             info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
-                 "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
+                 "The output stays the target's; only acceptance and speed change. Default: measured fastest here. "
+                 + variants.explain(device.type),
         )
         page.target_kernel = gr.Dropdown(
-            list(KERNELS), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
+            list(kernels.names), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
             info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
                  "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel. "
-                 "Plain decoding beside it runs the same kernel.",
+                 "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type),
         )
     with gr.Row():
         page.adaptive = gr.Checkbox(defaults.adaptive, label="Adaptive K (+2 after a full accept, -1 otherwise)")
@@ -114,7 +120,9 @@ def controls(page: Page, defaults: AdvancedValues) -> None:
         page.seed = gr.Number(defaults.seed, precision=0, minimum=0, label="Seed", elem_id="seed")
     engine_choice.section(page)
     with gr.Row():
-        page.plain_int4 = gr.Checkbox(defaults.lossy, label="Plain decoding, int4 target (lossy)", elem_id="plain-int4")
+        lossy_off = device_offer.lossy_lane(device)
+        page.plain_int4 = gr.Checkbox(defaults.lossy, label="Plain decoding, int4 target (lossy)", elem_id="plain-int4",
+                                      interactive=lossy_off is None, info=f"not offered on {device.type}: {lossy_off}" if lossy_off else None)
         page.show_rejected = gr.Checkbox(defaults.show_rejected, label="Show rejected draft tokens", elem_id="show-rejected")
 
 

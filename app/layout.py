@@ -23,9 +23,10 @@ INTRO = (
 )
 
 
-def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> Page:
+def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024, pair_note: str = "") -> Page:
     """The whole page. Each section is a function that adds its components to `page`. `pairs`: the
-    presets offered (all when None); `max_new_tokens`: the end of that slider."""
+    presets offered (all when None); `max_new_tokens`: the end of that slider; `pair_note`: why
+    these pairs and this default (shown in Advanced)."""
     page = Page()
     gr.Markdown(INTRO, elem_id="intro")
     present.header(page)
@@ -34,7 +35,7 @@ def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> P
     page.run_view = gr.State(None)  # the RunView on screen (live, finished or loaded): what replay and export read
     with gr.Tabs(elem_id="tabs"):
         with gr.Tab("Live", id="live", elem_id="live"):
-            controls(page, default_pair, pairs or list(PRESETS), max_new_tokens)
+            controls(page, default_pair, pairs or list(PRESETS), max_new_tokens, pair_note)
             panes(page)
             replay.section(page)
             export.section(page)
@@ -46,7 +47,7 @@ def build_layout(default_pair: str, pairs=None, max_new_tokens: int = 1024) -> P
     return page
 
 
-def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
+def controls(page: Page, default_pair: str, pairs, max_new_tokens: int, pair_note: str = "") -> None:
     """The prompt and Generate beside the settings that change what the page shows; the rest folded
     into Advanced (app/advanced.py). Folded away as a whole in the lecture-hall view."""
     with gr.Column(elem_id="controls"):
@@ -72,7 +73,7 @@ def controls(page: Page, default_pair: str, pairs, max_new_tokens: int) -> None:
                     page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8,
                                              label="Max new tokens", elem_id="max-new-tokens")
                     page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
-        advanced.section(page, default_pair)
+        advanced.section(page, default_pair, pair_note)
 
 
 def panes(page: Page) -> None:

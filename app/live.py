@@ -1,9 +1,8 @@
 """A live run: read the settings, stream the speculative run then the plain run, a frame at a time,
 no more often than the page can afford.
 
-The GPU work is `stream_events`, a generator with plain arguments and results: on a ZeroGPU Space
-`spaces.GPU` runs it in a worker process (arguments and events are pickled across), asking for a
-duration computed from the request. It runs on the process's torch thread (specdec.serving.torch_thread). Everything that
+The GPU work is app.gpu_call's `stream_events`, iterated on the process's torch thread
+(specdec.serving.torch_thread, which carries the visitor's context there). Everything that
 touches the page stays in `live_run`, which reads the events, ends the run between two steps when
 Stop is pressed or the visitor leaves (closing the stream ends the worker's generator too), and
 frees the pair only when the torch thread has left the run.
@@ -11,7 +10,6 @@ frees the pair only when the torch thread has left the run.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -23,13 +21,10 @@ from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
 from specdec.engines import choice
 from specdec.engines.base import Capabilities, EngineError
-from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
-from specdec.measure.passcost import one_token_pass_s
-from specdec.bench.side_by_side import plain_int4_run
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
-from . import engine_choice, theory
+from . import engine_choice, gpu_call, theory
 from .page import Page, StopFlag
 from .view import RunView, frame
 
@@ -39,12 +34,6 @@ from .view import RunView, frame
 HTML_EVERY_S = 0.5  # so the token panes are redrawn at most twice a second
 PLOT_EVERY_S = 10.0  # and the plots every 10 s while a run streams, and when each run ends
 BUDGET = 0.02  # each kind of frame may also take at most this share of the run's time on the server (see Throttle)
-
-try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
-    import spaces
-except ImportError:
-    spaces = None
-
 
 def _int(value):
     """Number boxes send floats; keep non-integers as they are so validation names the field."""
@@ -79,41 +68,6 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
         drafter=values[page.drafter], draft_variant=values[page.draft_variant], target_kernel=values[page.target_kernel],
         k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
     ).validate()
-
-
-def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False) -> int:
-    """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events;
-    the lossy lane counted as one more plain run, which it is faster than)."""
-    costs = gpu_budget.costs_for(pair_name)
-    seconds = gpu_budget.call_seconds(config, compare, costs)
-    if plain_int4:
-        seconds += gpu_budget.call_seconds(config, True, costs) - gpu_budget.call_seconds(config, False, costs)
-    return math.ceil(seconds)
-
-
-def _on_gpu(fn):
-    return spaces.GPU(duration=gpu_seconds)(fn) if spaces is not None else fn
-
-
-@_on_gpu
-def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
-    """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
-    plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
-    timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
-    for plain decoding with an int4 copy of the target (built once per pair, cached on disk). The
-    pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from)."""
-    ours = OurSource(shared_store().get(pair_name), config)
-    decoding = ours.run(prompt)
-    for event in decoding:
-        yield "spec", event
-    if compare:
-        for event in ours.plain().run(prompt):  # the baseline: nothing drafted
-            yield "plain", event
-    else:
-        yield "decode_step", one_token_pass_s(decoding)
-    if plain_int4:
-        for event in plain_int4_run(ours.pair, prompt, config):
-            yield "lossy", event
 
 
 _running: dict[str, StopFlag] = {}  # session -> the stop flag of its run in flight
@@ -187,8 +141,9 @@ def read_live_settings(page: Page, values: dict, store) -> LiveSettings:
     can = choice.capabilities(engine)
     if not can.follows_settings and config.temperature != 0:
         raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
+    gpu_call.check_offered_here(config, plain_int4)
     if gpu_budget.on_zero_gpu():
-        gpu_budget.check_fits(config, compare, gpu_budget.costs_for(name), gpu_budget.call_limit())
+        gpu_budget.check_fits(config, compare, gpu_budget.costs_for(gpu_budget.cost_key(name, config)), gpu_budget.call_limit())
     return LiveSettings(config, compare, show_rejected, plain_int4, name, engine, spec_url, plain_url, can)
 
 
@@ -213,7 +168,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
 
         view = new_view(pair, s.config, s.show_rejected, prompt, lossy_wanted=s.plain_int4 and s.can.lossy_lane)
         if s.can.in_process:
-            lanes = stream_events(pair.name, prompt, s.config, s.compare, s.plain_int4)
+            lanes = gpu_call.stream_events(pair.name, prompt, s.config, s.compare, s.plain_int4)
         else:  # a real engine's servers: the same lanes, read over HTTP
             view.status = engine_choice.status(s.engine, s.spec_url, s.plain_url, pair, s.compare)
             lanes = engine_choice.remote_lanes(s.engine, s.spec_url, s.plain_url, prompt, pair, s.config, s.compare)
@@ -222,7 +177,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         yield from stream_frames(page, view, stream, stop, server_errors=not s.can.in_process)
         view.finished, view.stopped = True, stop.is_set()
         if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
-            gpu_budget.record(pair.name, s.config, view.spec, view.plain)
+            gpu_budget.record(gpu_budget.cost_key(pair.name, s.config), s.config, view.spec, view.plain)
         yield last_frame(page, values, view)
 
 

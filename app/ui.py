@@ -24,17 +24,20 @@ def default_pair_name() -> str:
 
 
 def max_new_tokens_cap() -> int:
-    """The Max new tokens slider's end: 1024, or on ZeroGPU what fits one GPU call at the default settings."""
+    """The Max new tokens slider's end: 1024, or on ZeroGPU what fits one GPU call of the default
+    pair at the default settings."""
     if not gpu_budget.on_zero_gpu():
         return 1024
-    fit = gpu_budget.max_new_tokens_within(gpu_budget.call_limit(), GenerationConfig(k=5), True, gpu_budget.PassCosts())
+    config = GenerationConfig(k=5)
+    costs = gpu_budget.costs_for(gpu_budget.cost_key(shared_store().default, config))
+    fit = gpu_budget.max_new_tokens_within(gpu_budget.call_limit(), config, True, costs)
     return max(8, min(1024, fit // 8 * 8))
 
 
 def build_demo() -> gr.Blocks:
     store = shared_store()
     with gr.Blocks(title="Speculative decoding, seen live") as demo:
-        page = build_layout(store.default, pairs=store.offer.names, max_new_tokens=max_new_tokens_cap())
+        page = build_layout(store.default, store.offer.names, max_new_tokens_cap(), store.offer.explain())
 
         run_inputs = page.settings() | {page.stop, page.theory_state, page.step_state}
 

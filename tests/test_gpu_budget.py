@@ -1,5 +1,7 @@
 """The duration a ZeroGPU call asks for, and the cap that keeps every call inside it."""
 
+from dataclasses import replace
+
 import pytest
 
 from specdec.serving import gpu_budget
@@ -57,3 +59,70 @@ def test_call_limit_from_the_environment():
     with pytest.raises(ValueError, match="SPECDEC_GPU_SECONDS must be a positive number of seconds, got 'soon'"):
         gpu_budget.call_limit({"SPECDEC_GPU_SECONDS": "soon"})
     assert gpu_budget.on_zero_gpu({"SPACES_ZERO_GPU": "true"}) and not gpu_budget.on_zero_gpu({})
+
+
+@pytest.fixture
+def fresh_budget(monkeypatch):
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+    monkeypatch.setattr(gpu_budget, "_captures", {})
+
+
+def test_learned_costs_are_kept_per_pair_kernel_variant_and_runner(fresh_budget):
+    """A fast bf16 run must not shorten the duration asked for a slower kernel, variant or runner."""
+    bf16 = GenerationConfig(max_new_tokens=100, k=4)
+    key = gpu_budget.cost_key("tiny-random", bf16)
+    assert key == gpu_budget.CostKey("tiny-random", "bf16", "bf16", "eager")
+    spec = [event(i, [7] * 4, 0.004, 0.002) for i in range(10)]  # far faster than the estimates
+    gpu_budget.record(key, bf16, spec, [event(i, [], 0.0, 0.002) for i in range(10)])
+    learned = gpu_budget.costs_for(key)
+    assert learned.verify_s == pytest.approx(1.5 * 0.002)
+    others = [replace(bf16, target_kernel="q4k"), replace(bf16, draft_variant="int4"), replace(bf16, runner="static")]
+    for config in others:
+        other = gpu_budget.cost_key("tiny-random", config)
+        assert other != key and gpu_budget.costs_for(other).verify_s == PassCosts().verify_s, other
+    assert gpu_budget.costs_for(gpu_budget.cost_key("qwen2.5-coder-7b/0.5b", bf16)).verify_s == PassCosts().verify_s
+    # without a draft model the variant does not matter, so every variant shares one key
+    lookup = replace(bf16, drafter="lookup")
+    assert gpu_budget.cost_key("p", lookup) == gpu_budget.cost_key("p", replace(lookup, draft_variant="int4"))
+
+
+def test_a_runners_capture_time_is_counted_once_per_call_and_measured_replaces_the_estimate(fresh_budget):
+    config = GenerationConfig(max_new_tokens=50, k=5)
+    eager = gpu_budget.cost_key("tiny-random", config)
+    compiled = gpu_budget.cost_key("tiny-random", replace(config, runner="compiled"))
+    e, c = gpu_budget.costs_for(eager), gpu_budget.costs_for(compiled)
+    assert e.capture_s == 0.0 and c.capture_s == gpu_budget.CAPTURE_ESTIMATES["compiled"] > 0
+    assert call_seconds(config, True, c) - call_seconds(config, True, e) == pytest.approx(c.capture_s)
+    assert call_seconds(replace(config, max_new_tokens=500), True, c) - call_seconds(replace(config, max_new_tokens=500), True, e) \
+        == pytest.approx(c.capture_s)  # once per call, whatever its length
+    gpu_budget.record_capture(compiled, 4.0)
+    assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(1.5 * 4.0)
+    assert gpu_budget.costs_for(eager).capture_s == 0.0
+    fit_with, fit_without = (max_new_tokens_within(60, config, True, gpu_budget.costs_for(k)) for k in (compiled, eager))
+    assert fit_with < fit_without
+    with pytest.raises(ValueError, match="capture seconds must be a number >= 0, got -1"):
+        gpu_budget.record_capture(compiled, -1)
+
+
+def test_the_setup_grows_with_the_weights_a_call_moves_onto_the_card():
+    tiny, big = gpu_budget.setup_estimate("tiny-random"), gpu_budget.setup_estimate("qwen2.5-coder-32b/0.5b")
+    assert tiny == gpu_budget.SETUP_S
+    assert big == pytest.approx(gpu_budget.SETUP_S + 33.0e9 * 2 / gpu_budget.MOVE_BYTES_PER_S)
+
+
+def test_gpu_size_from_the_environment():
+    assert gpu_budget.gpu_size({}) is None and gpu_budget.card_share({}) == 0.5
+    assert gpu_budget.gpu_size({"SPECDEC_GPU_SIZE": "xlarge"}) == "xlarge" and gpu_budget.card_share({"SPECDEC_GPU_SIZE": "xlarge"}) == 1.0
+    with pytest.raises(ValueError, match="SPECDEC_GPU_SIZE must be one of large, xlarge, got 'huge'"):
+        gpu_budget.gpu_size({"SPECDEC_GPU_SIZE": "huge"})
+
+
+def test_the_cost_policys_table_is_counted_where_it_may_be_measured_inside_the_call():
+    fixed = GenerationConfig(max_new_tokens=64, k=5)
+    cost = replace(fixed, k_policy="cost")
+    without_table = replace(COSTS, table_s=0.0)
+    assert COSTS.table_s > 0 and call_seconds(cost, True, COSTS) - call_seconds(cost, True, without_table) == pytest.approx(COSTS.table_s)
+    assert call_seconds(fixed, True, COSTS) == call_seconds(fixed, True, without_table)  # a fixed K reads no table
+    plain = replace(cost, drafter="none")  # nothing drafted: no table is read
+    assert call_seconds(plain, False, COSTS) == pytest.approx(COSTS.setup_s + 64 * COSTS.decode_s)
+    assert max_new_tokens_within(60, cost, True, COSTS) < max_new_tokens_within(60, cost, True, without_table)

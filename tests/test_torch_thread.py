@@ -3,6 +3,9 @@ single OpenMP team (a second one makes every small op pay a wake-up; docs/app_sp
 
 from __future__ import annotations
 
+import contextvars
+import multiprocessing
+import os
 import threading
 
 import pytest
@@ -66,3 +69,41 @@ def test_a_stream_hands_its_error_to_the_reader():
     stream = torch_thread.Stream(failing(), threading.Event())
     stream.join()
     assert [lane for lane, _ in stream.take(timeout=1)] == ["spec", "error"]
+
+
+VISITOR = contextvars.ContextVar("visitor")
+
+
+def test_work_handed_over_sees_the_callers_context_variables():
+    """Gradio keeps the visitor's request in a context variable and `spaces` reads it there to bill the
+    right visitor; an executor thread does not carry contexts on its own."""
+    def lanes():
+        yield "spec", VISITOR.get(None)  # read on the torch thread, at the first next()
+        yield "spec", VISITOR.get(None)
+
+    def visit(name):
+        VISITOR.set(name)
+        called = torch_thread.call(VISITOR.get, None)
+        stream = torch_thread.Stream(lanes(), threading.Event())
+        stream.join()
+        return called, [item for lane, item in stream.take(timeout=1) if lane == "spec"]
+
+    for name in ("ada", "grace"):  # each caller's own value, though the torch thread is the same
+        assert contextvars.copy_context().run(visit, name) == (name, [name, name])
+    assert VISITOR.get(None) is None  # nothing leaked into this context
+
+
+def test_a_forked_child_gets_a_torch_thread_of_its_own():
+    """A process forked from this one (ZeroGPU's GPU worker) inherits the executor without its thread:
+    work handed over there must still run, on a thread of the child."""
+    parent_thread = torch_thread.call(threading.get_ident)  # the executor's thread exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    answers = ctx.SimpleQueue()
+    child = ctx.Process(target=lambda: answers.put((torch_thread.call(lambda: 6 * 7), torch_thread.call(os.getpid))))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("work handed to the torch thread in a forked child never ran")
+    assert child.exitcode == 0 and answers.get() == (42, child.pid)
+    assert torch_thread.call(threading.get_ident) == parent_thread  # the parent keeps its own

@@ -4,6 +4,7 @@ Space a request that could outlast one GPU call is refused with a message naming
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import math
 import os
@@ -22,6 +23,13 @@ from specdec.core.config import GenerationConfig
 from specdec.serving.pairs import Offer, PairStore
 
 
+@pytest.fixture(autouse=True)
+def fresh_budget(monkeypatch):
+    """Each test starts from the estimates: a finished run elsewhere would have replaced them."""
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+    monkeypatch.setattr(gpu_budget, "_captures", {})
+
+
 @pytest.fixture
 def tiny_store(monkeypatch):
     store = PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32")
@@ -31,34 +39,62 @@ def tiny_store(monkeypatch):
 
 @pytest.fixture
 def fake_spaces(monkeypatch):
-    """A `spaces` module whose GPU decorator records the duration asked for each call."""
-    asked = []
+    """A `spaces` module whose GPU decorator records, at each call, the duration asked for and the
+    visitor's request as `spaces` reads it: Gradio's context variable, when the generator is first
+    iterated (that is when spaces' own wrapper schedules the call)."""
+    from gradio.context import LocalContext
 
-    def GPU(duration=None):
+    asked, requests = [], []
+
+    def GPU(duration=None, size=None):
         def wrap(fn):
             def call(*args, **kwargs):
+                requests.append(LocalContext.request.get(None))
                 asked.append(duration(*args, **kwargs))
                 yield from fn(*args, **kwargs)
             return call
         return wrap
 
     monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
-    import app.live
+    import app.gpu_call
 
-    yield importlib.reload(app.live), asked
+    yield importlib.reload(app.gpu_call), asked, requests
     monkeypatch.delitem(sys.modules, "spaces")
-    importlib.reload(app.live)
+    importlib.reload(app.gpu_call)
 
 
 def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
-    live, asked = fake_spaces
+    gpu_call, asked, _ = fake_spaces
+    tiny_store.get("tiny-random")  # the GPU function finds the pair loaded; it never loads one
     config = GenerationConfig(max_new_tokens=16, k=4)
-    events = list(live.stream_events("tiny-random", "def f(x):", config, True))
+    events = list(gpu_call.stream_events("tiny-random", "def f(x):", config, True))
     assert asked == [math.ceil(gpu_budget.call_seconds(config, True, gpu_budget.PassCosts()))]
     assert {which for which, _ in events} == {"spec", "plain"}
     # What crosses to and from a ZeroGPU worker is pickled.
     assert pickle.loads(pickle.dumps(("tiny-random", "def f(x):", config, True)))[2] == config
     assert pickle.loads(pickle.dumps(events)) == events
+
+
+def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
+    """live_run hands the GPU generator to the torch thread; `spaces` reads the visitor's request
+    (whose token decides the quota) from Gradio's context variable there, so the context goes too."""
+    from gradio.context import LocalContext
+
+    from app.layout import build_layout
+    from app.live import live_run
+
+    _, asked, requests = fake_spaces
+    with gr.Blocks():
+        page = build_layout("tiny-random", pairs=("tiny-random",))
+    visitor = types.SimpleNamespace(headers={"x-ip-token": "visitor-1"})
+
+    def as_visitor():
+        LocalContext.request.set(visitor)
+        return list(live_run(page, page_values(page, max_new=16), progress=lambda *a, **k: None))
+
+    frames = contextvars.copy_context().run(as_visitor)
+    assert frames[-1][page.status].startswith("tiny-random on cpu")
+    assert requests == [visitor] and len(asked) == 1
 
 
 def page_values(page, **changes):
@@ -98,7 +134,7 @@ def test_app_imports_spaces_before_torch(tmp_path):
     fake = tmp_path / "spaces"
     fake.mkdir()
     (fake / "__init__.py").write_text("import sys\nTORCH_FIRST = 'torch' in sys.modules\n"
-                                      "def GPU(duration=None):\n    return lambda fn: fn\n")
+                                      "def GPU(duration=None, size=None):\n    return lambda fn: fn\n")
     root = Path(__file__).resolve().parent.parent
     code = "import runpy; runpy.run_path('app.py', run_name='imported'); import spaces; print(spaces.TORCH_FIRST)"
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{root}", SPECDEC_PAIR="tiny-random", SPECDEC_PAIRS="tiny-random")

@@ -74,6 +74,13 @@ def native_bf16() -> bool:
         return False
 
 
+def zero_gpu(environ=None) -> bool:
+    """Whether this process runs on a ZeroGPU Space: the variable the platform sets, read the way
+    the `spaces` package reads it. There CUDA is emulated in the app's process until a GPU call."""
+    value = (os.environ if environ is None else environ).get("SPACES_ZERO_GPU", "")
+    return value.strip().lower() in ("1", "t", "true")
+
+
 def machine_kind(device) -> str:
     """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu, for a torch.device."""
     if device.type != "cpu":

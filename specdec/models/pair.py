@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from specdec.models.dtypes import DTYPES, dtype_name
+from specdec.models import machine
 from specdec.models.machine import native_bf16
 from specdec.models.presets import DEFAULT_PAIR, PairPreset, get_preset
 from specdec.models.prompt import template_prompt
@@ -200,6 +201,17 @@ class Loader:
                 tried.append(f"the {where} ({preset.target_id}, {preset.draft_id}: {str(err).splitlines()[0]})")
         raise ValueError(f"could not load pair {preset.name!r}; tried " + "; ".join(tried))
 
+    def placement(self) -> dict:
+        """from_pretrained's device_map: "auto" to spread over every GPU; the GPU itself, so the
+        weights are read straight onto it, shard by shard, with no whole copy in host RAM; none on a
+        CPU. On ZeroGPU the app's process has no GPU until a call: the weights load on the CPU and
+        `.to("cuda")` hands them to `spaces`, which keeps them until a GPU worker takes them."""
+        if self.spread:
+            return {"device_map": "auto"}
+        if self.device.type == "cuda" and not machine.zero_gpu():
+            return {"device_map": self.device}
+        return {}
+
     def from_sources(self, name, target_src, draft_src, chat, source, local_only=False) -> ModelPair:
         try:
             return self._load(name, target_src, draft_src, chat, source, local_only)
@@ -221,9 +233,8 @@ class Loader:
         options = {"local_files_only": local_only, "trust_remote_code": False}
 
         def model(src):
-            placement = {"device_map": "auto"} if self.spread else {}
-            loaded = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, **options, **placement)
-            return (loaded if self.spread else loaded.to(self.device)).eval()
+            loaded = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, **options, **self.placement())
+            return (loaded if self.spread else loaded.to(self.device)).eval()  # a no-op where loaded in place
 
         report(0.0, f"loading target {target_src}")
         tokenizer = AutoTokenizer.from_pretrained(target_src, **options)

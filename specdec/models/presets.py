@@ -34,10 +34,28 @@ PRESETS: dict[str, PairPreset] = {
             name="qwen2.5-coder-7b/0.5b",
             target_id="Qwen/Qwen2.5-Coder-7B-Instruct",
             draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU",
+            description="Qwen2.5-Coder 7B checked by a 0.5B draft; wants a GPU (about 16 GB in bf16)",
             needs_gpu=True,
             licence="Apache-2.0",
             params_b=8.1,  # 7.62 B + 0.49 B
+        ),
+        PairPreset(
+            name="qwen2.5-coder-14b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-14B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 14B checked by a 0.5B draft; a GPU with about 31 GB for the weights in bf16",
+            needs_gpu=True,
+            licence="Apache-2.0",
+            params_b=15.2,  # 14.7 B + 0.49 B (the model cards' counts)
+        ),
+        PairPreset(
+            name="qwen2.5-coder-32b/0.5b",
+            target_id="Qwen/Qwen2.5-Coder-32B-Instruct",
+            draft_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            description="Qwen2.5-Coder 32B checked by a 0.5B draft; a large GPU (about 66 GB in bf16: ZeroGPU's xlarge, an H200)",
+            needs_gpu=True,
+            licence="Apache-2.0",
+            params_b=33.0,  # 32.5 B + 0.49 B (the model cards' counts)
         ),
         PairPreset(
             name="smollm2-1.7b/135m",

@@ -8,7 +8,11 @@ from the request, and refuses requests that could not finish within $SPECDEC_GPU
 The bound is a worst case, not a forecast: every step of a speculative run emits at least one
 token and costs K draft passes plus one verify pass, so a run whose drafts are all rejected takes
 max_new_tokens such steps; the plain run takes max_new_tokens decode passes. Per-pass costs start
-from conservative estimates and are replaced by what the app measures on its own GPU.
+from conservative estimates and are replaced by what the app measures on its own GPU, kept apart
+for each (pair, target kernel, draft variant, runner): a fast bf16 run says nothing of a slower
+kernel. Each call also pays once for what no GPU state outlives: the GPU worker moving the weights
+onto the card (grows with the pair), and the runner's own setup (a static cache allocated, CUDA
+graphs captured), estimated until a measured capture time is reported (record_capture).
 """
 
 from __future__ import annotations
@@ -20,15 +24,62 @@ from dataclasses import dataclass, replace
 
 from specdec.core.config import GenerationConfig
 from specdec.core.events import StepEvent
+from specdec.models import machine
+from specdec.models.presets import PRESETS
 
 SECONDS_ENV = "SPECDEC_GPU_SECONDS"  # the longest GPU call the app asks ZeroGPU for
+SIZE_ENV = "SPECDEC_GPU_SIZE"  # large (half a card, the default) or xlarge (the whole card; each second counts twice)
+CARD_SHARE = {"large": 0.5, "xlarge": 1.0}  # of the card `spaces` reports in the app's process
 DEFAULT_SECONDS = 60  # ZeroGPU's own default duration
 MARGIN = 1.5  # measured pass times are noisy and the first passes of a call are slower
+SETUP_S = 15.0  # once per call: attaching the GPU, the prompt's prefill, the first passes' warm-up
+MOVE_BYTES_PER_S = 2e9  # the worker copies the pair's weights onto the card at its first call (an estimate)
+# Per call, a runner's own setup: nothing for eager; the caches allocated for a static runner; the
+# fixed shapes captured as CUDA graphs for a compiled one (draft pass, verify buckets, plain
+# decode, each after warm-up passes). Estimates, meant to be high, until record_capture reports one.
+CAPTURE_ESTIMATES = {"eager": 0.0, "static": 2.0, "compiled": 30.0}
 
 
 def on_zero_gpu(environ=os.environ) -> bool:
     """The variable ZeroGPU sets, read the way the `spaces` package reads it."""
-    return environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
+    return machine.zero_gpu(environ)
+
+
+def gpu_size(environ=os.environ) -> str | None:
+    """$SPECDEC_GPU_SIZE (None when unset: `spaces` then takes large, or xlarge when the weights
+    placed at start-up exceed its threshold); ValueError naming the variable for anything else."""
+    raw = environ.get(SIZE_ENV, "").strip()
+    if raw and raw not in CARD_SHARE:
+        raise ValueError(f"{SIZE_ENV} must be one of {', '.join(CARD_SHARE)}, got {raw!r}")
+    return raw or None
+
+
+def card_share(environ=os.environ) -> float:
+    """The share of the card one GPU call gets: half unless xlarge is asked for."""
+    return CARD_SHARE[gpu_size(environ) or "large"]
+
+
+@dataclass(frozen=True)
+class CostKey:
+    """What a run's pass costs depend on: the pair, the target's kernel, the draft's variant ("-"
+    when no draft model runs) and the runner."""
+
+    pair: str
+    kernel: str
+    variant: str
+    runner: str
+
+
+def cost_key(pair_name: str, config: GenerationConfig) -> CostKey:
+    variant = config.draft_variant if config.drafter in ("model", "auto") else "-"
+    return CostKey(pair_name, config.target_kernel, variant, config.runner)
+
+
+def setup_estimate(pair_name: str) -> float:
+    """SETUP_S plus the time to move the pair's bf16 weights onto the card."""
+    preset = PRESETS.get(pair_name)
+    weight_bytes = preset.params_b * 1e9 * 2 if preset is not None else 0.0
+    return SETUP_S + weight_bytes / MOVE_BYTES_PER_S
 
 
 def call_limit(environ=os.environ) -> int:
@@ -50,7 +101,16 @@ class PassCosts:
     draft_s: float = 0.030  # one draft-model pass over one token
     verify_s: float = 0.050  # one target pass over K+1 drafted positions
     decode_s: float = 0.045  # one plain target pass over one token
-    setup_s: float = 15.0  # once per call: attaching the GPU, moving the weights, the prompt's prefill
+    setup_s: float = SETUP_S  # once per call: attaching the GPU, moving the weights, the prompt's prefill
+    capture_s: float = 0.0  # once per call: the runner's setup (caches allocated, graphs captured)
+    # Once, where the cost K policy runs: its cost table (8 target pass sizes x 3 repeats and the
+    # draft's, at 200 cached positions) is measured inside the call unless one is on disk already.
+    table_s: float = 10.0
+
+    def once_s(self, config: GenerationConfig) -> float:
+        """What a call of `config` pays once, whatever its length."""
+        table = self.table_s if config.policy == "cost" and config.drafter != "none" else 0.0
+        return self.setup_s + self.capture_s + table
 
     def measured(self, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> "PassCosts":
         """These costs with the pass times of a finished run in their place (90th percentile x MARGIN)."""
@@ -79,13 +139,13 @@ def call_seconds(config: GenerationConfig, compare: bool, costs: PassCosts) -> f
         spec = n * costs.decode_s
     else:
         spec = n * (draft_passes(config) * costs.draft_s + costs.verify_s)
-    return costs.setup_s + spec + (n * costs.decode_s if compare else 0.0)
+    return costs.once_s(config) + spec + (n * costs.decode_s if compare else 0.0)
 
 
 def max_new_tokens_within(seconds: float, config: GenerationConfig, compare: bool, costs: PassCosts) -> int:
     """The largest max_new_tokens whose worst case fits in `seconds` (0 when not even one token fits)."""
-    per_token = call_seconds(replace(config, max_new_tokens=1), compare, costs) - costs.setup_s
-    return max(0, math.floor((seconds - costs.setup_s) / per_token))
+    per_token = call_seconds(replace(config, max_new_tokens=1), compare, costs) - costs.once_s(config)
+    return max(0, math.floor((seconds - costs.once_s(config)) / per_token))
 
 
 def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, seconds: float) -> None:
@@ -102,15 +162,26 @@ def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, second
     )
 
 
-_costs: dict[str, PassCosts] = {}  # pair name -> costs measured in this process
+_costs: dict[CostKey, PassCosts] = {}  # pass costs measured in this process
+_captures: dict[CostKey, float] = {}  # runner setup seconds reported in this process (with MARGIN)
 
 
-def costs_for(pair_name: str) -> PassCosts:
-    return _costs.get(pair_name, PassCosts())
+def costs_for(key: CostKey) -> PassCosts:
+    """The costs a request of `key` is budgeted with: measured ones where a run of that key has
+    finished here, else the estimates; the runner's setup measured where reported, else estimated."""
+    costs = _costs.get(key) or PassCosts(setup_s=setup_estimate(key.pair))
+    return replace(costs, capture_s=_captures.get(key, CAPTURE_ESTIMATES.get(key.runner, max(CAPTURE_ESTIMATES.values()))))
 
 
-def record(pair_name: str, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> None:
-    """Keep a finished run's pass times for the next request's duration (runs of a few steps say too little)."""
+def record(key: CostKey, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> None:
+    """Keep a finished run's pass times for the next request of the same key (runs of a few steps say too little)."""
     if len(spec) >= 8:
-        _costs[pair_name] = costs_for(pair_name).measured(config, spec, plain)
+        _costs[key] = costs_for(key).measured(config, spec, plain)
 
+
+def record_capture(key: CostKey, seconds: float) -> None:
+    """A runner's measured setup for one call of `key` (e.g. the seconds its CUDA graphs took to
+    capture): it replaces the estimate, with MARGIN, in every later duration asked for that key."""
+    if not seconds >= 0:  # NaN too
+        raise ValueError(f"capture seconds must be a number >= 0, got {seconds!r}")
+    _captures[key] = MARGIN * seconds

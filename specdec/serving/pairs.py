@@ -1,9 +1,7 @@
-"""Model pairs on a shared deployment: which presets visitors may pick, and a store that loads them
-without ever taking away the pair someone is using.
+"""Model pairs on a shared deployment: a store that loads the offered presets (serving.pair_offer
+says which) without ever taking away the pair someone is using.
 
-A public Space serves many visitors from one process. The operator lists the presets on offer
-($SPECDEC_PAIRS); by default they are the ones this machine can load without a download, plus the
-Hub presets that fit the device when it is online. The store keeps the default pair for good and
+A public Space serves many visitors from one process. The store keeps the default pair for good and
 at most one extra pair beside it: an extra pair is loaded only if it fits in free memory, the old
 extra is dropped only once the new one has loaded and no run is using the old one, and a failed
 load changes nothing.
@@ -12,136 +10,26 @@ load changes nothing.
 from __future__ import annotations
 
 import gc
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 
-from specdec.models import bundle
+from specdec.models import machine
 from specdec.models.bundle_chunks import BundleError
-from specdec.serving import torch_thread
-from specdec.models.presets import DEFAULT_PAIR, PRESETS, PairPreset, get_preset
 from specdec.models.dtypes import dtype_name
 from specdec.models.pair import ModelPair, Progress, build_pair, pick_device, pick_dtype
+from specdec.models.presets import PRESETS, get_preset
+from specdec.serving import torch_thread
+from specdec.serving.pair_offer import (GB, PAIRS_ENV, Offer, default_pair, listed_pairs,  # noqa: F401 (the store's callers read them here)
+                                        memory, needed_bytes, offered_pairs)
 
-PAIRS_ENV = "SPECDEC_PAIRS"  # comma-separated preset names visitors may pick
-PAIR_ENV = "SPECDEC_PAIR"  # the default preset
-GB = 1 << 30
-# Resident bytes per weight byte, with room to spare: the whole app with the embedded pair (4.5 GiB of
-# bf16 weights) measured 4.6-4.7 GiB resident over 30 runs (docs/reliability.md).
-LOAD_FACTOR = 1.15
-RUNTIME_BYTES = GB // 2  # KV caches and activations of one run at the longest context, rounded up
-FIT_SHARE = 0.8  # a Hub preset is offered when it needs at most this share of the device's memory
 
 
 class PairUnavailable(ValueError):
     """A pair cannot serve here; the message says why and what to do. The store is unchanged."""
-
-
-def listed_pairs(environ=os.environ) -> list[str] | None:
-    """$SPECDEC_PAIRS as preset names (None when unset); ValueError naming the unknown entries."""
-    raw = environ.get(PAIRS_ENV, "").strip()
-    if not raw:
-        return None
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PRESETS]
-    if unknown:
-        raise ValueError(f"{PAIRS_ENV} names unknown presets {', '.join(map(repr, unknown))}; known: {', '.join(PRESETS)}")
-    return list(dict.fromkeys(names))
-
-
-def default_pair(environ=os.environ) -> str:
-    """$SPECDEC_PAIR, else the first entry of $SPECDEC_PAIRS, else the project default."""
-    name = environ.get(PAIR_ENV, "").strip()
-    if name:
-        get_preset(name)  # ValueError naming the field for an unknown name
-        return name
-    listed = listed_pairs(environ)
-    return listed[0] if listed else DEFAULT_PAIR
-
-
-def is_online(environ=os.environ) -> bool:
-    return environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
-
-
-def in_hub_cache(repo_id: str) -> bool:
-    """Whether the local Hugging Face cache holds the repo's config and weights (no network)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    def cached(filename: str) -> bool:
-        return isinstance(try_to_load_from_cache(repo_id, filename), str)
-
-    return cached("config.json") and (cached("model.safetensors") or cached("model.safetensors.index.json"))
-
-
-def loads_without_download(preset: PairPreset) -> bool:
-    """Built in code, the embedded bundle (installed or already converted), or both models in the local cache."""
-    if preset.name == "tiny-random":
-        return True
-    if preset.bundle and (bundle.bundle_available(preset.bundle) or bundle.is_converted(preset.bundle)):
-        return True
-    return in_hub_cache(preset.target_id) and in_hub_cache(preset.draft_id)
-
-
-def needed_bytes(preset: PairPreset, dtype: torch.dtype) -> int:
-    """Memory a loaded pair takes: its weights in `dtype`, with slack, plus one run's caches."""
-    if preset.name == "tiny-random":
-        return 64 << 20
-    weight_bytes = preset.params_b * 1e9 * torch.finfo(dtype).bits / 8
-    return int(weight_bytes * LOAD_FACTOR) + RUNTIME_BYTES
-
-
-def memory(device: torch.device) -> tuple[int | None, int | None]:
-    """(free, total) bytes of the device's memory, None where they cannot be read."""
-    try:
-        if device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(device)
-            return int(free), int(total)
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return int(vm.available), int(vm.total)
-    except Exception:  # e.g. a ZeroGPU main process, where CUDA is only emulated until a GPU call
-        return None, None
-
-
-@dataclass(frozen=True)
-class Offer:
-    default: str
-    names: tuple[str, ...]  # what the dropdown lists, the default first
-    hidden: dict[str, str] = field(default_factory=dict)  # preset -> why it is not offered
-
-
-def offered_pairs(environ=os.environ, device: torch.device | None = None, dtype: str | None = None) -> Offer:
-    """The presets visitors may pick on this machine; ValueError for an unknown name in the environment."""
-    device = device or pick_device()
-    dt = pick_dtype(device, dtype)
-    default = default_pair(environ)
-    listed = listed_pairs(environ)
-    _, total = memory(device) if listed is None else (None, None)
-
-    def why_hidden(preset: PairPreset) -> str | None:
-        if preset.name == default:
-            return None  # the operator's choice stands
-        if preset.needs_gpu and device.type != "cuda":
-            return "needs a GPU"
-        if listed is not None or loads_without_download(preset):
-            return None
-        if not is_online(environ):
-            return "not on this machine, and the Hub is offline"
-        need = needed_bytes(preset, dt)
-        if total is not None and need > FIT_SHARE * total:
-            return f"needs about {need / GB:.1f} GB; the {device.type} has {total / GB:.1f} GB"
-        return None
-
-    candidates = [PRESETS[n] for n in listed] if listed is not None else list(PRESETS.values())
-    hidden = {p.name: why for p in candidates if (why := why_hidden(p))}
-    names = [default] + [p.name for p in candidates if p.name not in hidden and p.name != default]
-    return Offer(default, tuple(names), hidden)
 
 
 Builder = Callable[..., ModelPair]
@@ -155,8 +43,10 @@ class PairStore:
     as it was. The extra pair that a new one replaces is dropped once no run holds it."""
 
     def __init__(self, offer: Offer, *, device: str | None = None, dtype: str | None = None,
-                 build: Builder = build_pair, free_memory: Callable[[], int | None] | None = None):
+                 build: Builder = build_pair, free_memory: Callable[[], int | None] | None = None,
+                 loads_on_demand: bool = True):
         self.offer = offer
+        self.loads_on_demand = loads_on_demand  # False on ZeroGPU: pairs are placed on the GPU at start-up only
         self.device, self.dtype = device, dtype
         self._device = pick_device(device)
         self._dtype = pick_dtype(self._device, dtype)
@@ -171,6 +61,11 @@ class PairStore:
     @property
     def default(self) -> str:
         return self.offer.default
+
+    @property
+    def pair_dtype(self) -> torch.dtype:
+        """The precision every pair of this store is loaded in."""
+        return self._dtype
 
     def loaded(self) -> list[str]:
         with self._state:
@@ -194,12 +89,29 @@ class PairStore:
         finally:
             self._release(name)
 
+    def loaded_pair(self, name: str) -> ModelPair:
+        """The pair `name` as already loaded, never loading it: what a ZeroGPU worker, forked from
+        this process, finds. No lock is taken (one held by another thread at the fork would never be
+        released in the child); reading one dict entry is atomic."""
+        pair = self._pairs.get(name)
+        if pair is None:
+            raise PairUnavailable(f"pair {name!r} is not loaded in this process (loaded: {', '.join(self._pairs) or 'none'})")
+        return pair
+
+    def adopt(self, name: str, pair: ModelPair) -> None:
+        """Keep a pair loaded elsewhere (the ZeroGPU start-up, in the main thread) as if `get` had loaded it."""
+        with self._state:
+            self._pairs[name] = pair
+
     def get(self, name: str, progress: Progress | None = None, *, hold: bool = False) -> ModelPair:
-        """The loaded pair `name`, loading it when absent (e.g. in a ZeroGPU worker forked before the load)."""
+        """The loaded pair `name`, loading it when absent and this store loads on demand."""
         with self._state:
             if name in self._pairs:
                 self._in_use[name] += hold
                 return self._pairs[name]
+        if not self.loads_on_demand:
+            raise PairUnavailable(f"pair {name!r} was not loaded when the app started; on ZeroGPU pairs are placed on "
+                                  f"the GPU at start-up only (name it in {PAIRS_ENV})")
         with self._loading:
             with self._state:
                 if name in self._pairs:  # another visitor loaded it while this one waited
@@ -246,7 +158,7 @@ class PairStore:
     def _make_room(self, name: str) -> None:
         """PairUnavailable unless the pair fits in free memory. An idle extra pair is dropped first
         only when the new one would not fit beside it (the default is never dropped)."""
-        need = needed_bytes(get_preset(name), self._dtype)
+        need = needed_bytes(get_preset(name), self._dtype, self._device.type == "cuda")
         free = self._free_memory()
         if free is None or need <= free:
             return
@@ -277,9 +189,13 @@ _shared_lock = threading.Lock()
 
 
 def shared_store() -> PairStore:
-    """The process's store, built from the environment on first use (the app and its GPU worker share it)."""
+    """The process's store, built from the environment on first use (the app and its GPU worker share it).
+    Once built it is returned without the lock, which a ZeroGPU worker may inherit held by a thread
+    the fork did not keep."""
     global _shared
+    if _shared is not None:
+        return _shared
     with _shared_lock:
         if _shared is None:
-            _shared = PairStore(offered_pairs())
+            _shared = PairStore(offered_pairs(), loads_on_demand=not machine.zero_gpu())
         return _shared

@@ -9,10 +9,18 @@ picks, and the first run in a second thread did. Measured on a 2-core machine wi
 pair: a draft step took 171 ms with one team and 240 ms once a second one existed
 (docs/app_speed.md). So whatever loads or runs a model from a handler hands that work to this one
 thread: `call` for a function, `Stream` for a run whose items another thread shows as they come.
+
+Work handed over runs in a copy of the caller's context variables (contextvars): Gradio keeps the
+visitor's request in one, and on a ZeroGPU Space the `spaces` package reads it there to schedule
+the call on that visitor's quota; a plain executor thread would see none and every visitor would
+be scheduled as anonymous. A process forked from this one (ZeroGPU's GPU worker) inherits the
+executor but not its thread, so the child gets a fresh executor of its own (os.register_at_fork).
 """
 
 from __future__ import annotations
 
+import contextvars
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -22,8 +30,23 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-torch")
+def _new_executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-torch")
+
+
+_executor = _new_executor()
 _ident: list[int] = []  # the torch thread's id, once it has started
+
+
+def _after_fork_in_child() -> None:
+    """A forked child holds a copy of the executor whose thread did not survive the fork: work
+    submitted to it would wait forever. The child starts its own torch thread on first use."""
+    global _executor
+    _executor = _new_executor()
+    _ident.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _mark() -> None:
@@ -36,13 +59,15 @@ def on_torch_thread() -> bool:
 
 
 def submit(fn: Callable[..., T], /, *args, **kwargs) -> Future:
-    """fn(*args, **kwargs) on the torch thread, queued behind what it is doing now."""
+    """fn(*args, **kwargs) on the torch thread, queued behind what it is doing now, in a copy of the
+    caller's context variables (the visitor's Gradio request among them)."""
+    context = contextvars.copy_context()
 
     def run():
         _mark()
         return fn(*args, **kwargs)
 
-    return _executor.submit(run)
+    return _executor.submit(context.run, run)
 
 
 def call(fn: Callable[..., T], /, *args, **kwargs) -> T:

@@ -1,0 +1,69 @@
+"""The GPU part of a live run: `stream_events`, a generator with plain arguments and results. On a
+ZeroGPU Space `spaces.GPU` runs it in a worker process forked from the app's (arguments and events
+are pickled across), asking for a duration computed from the request; elsewhere it is a plain
+generator. Also what a request may ask for on this device (specdec.kernels.device_offer)."""
+
+from __future__ import annotations
+
+import math
+
+from specdec.bench.side_by_side import plain_int4_run
+from specdec.core.config import GenerationConfig
+from specdec.engines.ours import OurSource
+from specdec.kernels import device_offer
+from specdec.measure.passcost import one_token_pass_s
+from specdec.models.pair import pick_device
+from specdec.serving import gpu_budget
+from specdec.serving.pairs import shared_store
+
+try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
+    import spaces
+except ImportError:
+    spaces = None
+
+
+def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False) -> int:
+    """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events;
+    the lossy lane counted as one more plain run, which it is faster than)."""
+    costs = gpu_budget.costs_for(gpu_budget.cost_key(pair_name, config))
+    seconds = gpu_budget.call_seconds(config, compare, costs)
+    if plain_int4:
+        seconds += gpu_budget.call_seconds(config, True, costs) - gpu_budget.call_seconds(config, False, costs)
+    return math.ceil(seconds)
+
+
+def _on_gpu(fn):
+    return spaces.GPU(duration=gpu_seconds, size=gpu_budget.gpu_size())(fn) if spaces is not None else fn
+
+
+@_on_gpu
+def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
+    """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
+    plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
+    timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
+    for plain decoding with an int4 copy of the target (built once per pair, cached on disk). The
+    pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and the
+    body needs no other thread: a worker forked from this process has only the thread that runs it."""
+    ours = OurSource(shared_store().loaded_pair(pair_name), config)
+    decoding = ours.run(prompt)
+    for event in decoding:
+        yield "spec", event
+    if compare:
+        for event in ours.plain().run(prompt):  # the baseline: nothing drafted
+            yield "plain", event
+    else:
+        yield "decode_step", one_token_pass_s(decoding)
+    if plain_int4:
+        for event in plain_int4_run(ours.pair, prompt, config):
+            yield "lossy", event
+
+
+def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:
+    """ValueError naming the field when the run asks for a variant, kernel or lane this device is not
+    offered (specdec.kernels.device_offer: on a GPU, what would re-expand its weights every pass)."""
+    device = pick_device()
+    if config.drafter in ("model", "auto"):
+        device_offer.draft_variants(device).check("draft_variant", config.draft_variant, device.type)
+    device_offer.target_kernels(device).check("target_kernel", config.target_kernel, device.type)
+    if plain_int4 and (why := device_offer.lossy_lane(device)):
+        raise ValueError(f"plain_int4 is not offered on {device.type}: {why}")

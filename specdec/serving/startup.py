@@ -1,0 +1,84 @@
+"""What the app loads before its first visitor.
+
+Anywhere but ZeroGPU: the default pair and its default draft variant, on the torch thread (where
+every run will use them; specdec.serving.torch_thread says why). Other pairs, variants and
+kernels are built when first asked for.
+
+On ZeroGPU the app's process has no GPU. The `spaces` package stands in for CUDA there with a
+torch function mode entered in the thread that imported it (the main thread) and in no other: a
+tensor moved to "cuda" in that thread stays in host memory, and `spaces` moves it onto the card in
+each GPU worker it forks; the same move on any other thread (the torch thread, Gradio's workers)
+reaches CUDA's initialisation, which `spaces` makes raise. And whatever is built inside a GPU call
+takes time the duration asked for does not cover. So on ZeroGPU every offered pair is built here,
+at module level of app.py, in the main thread, on the CPU, with every draft variant and target
+kernel that runs on the GPU (specdec.kernels.device_offer), and then moved to "cuda" in one go.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from specdec.kernels import device_offer
+from specdec.kernels.target_kernels import kernel_target
+from specdec.kernels.variants import default_variant, draft_model
+from specdec.models import machine
+from specdec.models.dtypes import dtype_name
+from specdec.models.pair import ModelPair, build_pair
+from specdec.serving import torch_thread
+from specdec.serving.pairs import PairStore, describe
+
+CUDA = torch.device("cuda")
+
+
+def preload(store: PairStore) -> list[str]:
+    """Load what the app serves first; one line per pair for the log. ValueError when a pair
+    cannot load (the page says the same to each visitor who asks for it)."""
+    if machine.zero_gpu():
+        return place_for_zero_gpu(store)
+    pair = store.get(store.default)
+    variant = default_variant(pair.name, pair.device)
+    if pair.draft is not None:  # from its disk cache, or built once
+        torch_thread.call(draft_model, pair, variant)
+    return [f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}, draft variant {variant}"]
+
+
+def place_for_zero_gpu(store: PairStore, device: torch.device = CUDA) -> list[str]:
+    """Every offered pair built on the CPU with what `device` is offered, then placed on it, and
+    kept in `store`. Must run in the thread that imported `spaces`: the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("pairs for ZeroGPU are placed on the GPU in the main thread, where `spaces` emulates CUDA")
+    lines = []
+    for name in store.offer.names:
+        try:
+            pair = build_pair(name, device="cpu", dtype=dtype_name(store.pair_dtype))
+        except Exception as err:  # this pair is not served (the page says so to who asks); the others still are
+            lines.append(f"error: could not load pair {name!r} at start-up: {describe(err)}")
+            continue
+        built = build_offered(pair, device)
+        place(pair, device)
+        store.adopt(name, pair)
+        lines.append(f"placed {name} on {device.type} ({pair.dtype_name}) from {pair.source}, with {', '.join(built)}")
+    return lines
+
+
+def build_offered(pair: ModelPair, device: torch.device) -> list[str]:
+    """Build, where `pair` is now, each draft variant and target kernel `device` is offered."""
+    built = []
+    for kernel in device_offer.target_kernels(device).names:
+        kernel_target(pair, kernel)
+        built.append(f"target kernel {kernel}")
+    if pair.draft is not None:
+        for variant in device_offer.draft_variants(device).names:
+            draft_model(pair, variant)
+            built.append(f"draft variant {variant}")
+    return built
+
+
+def place(pair: ModelPair, device: torch.device) -> None:
+    """Move the pair's models and everything built from them to `device`."""
+    for model in (pair.target, pair.draft, *pair.variants.values()):
+        if model is not None:
+            model.to(device)
+    pair.device = device
