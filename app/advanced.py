@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from specdec.core.variant_names import KERNELS, VARIANTS
-from specdec.kernels.variants import default_variant
+from specdec.kernels.target_kernels import offered_kernels
+from specdec.kernels.variants import default_variant, offered_variants
 from specdec.models.pair import pick_device
 
 from specdec.engines import choice
@@ -91,17 +91,20 @@ def section(page: Page, default_pair: str) -> None:
 
 
 def controls(page: Page, defaults: AdvancedValues) -> None:
+    device = pick_device()  # w8a8 names are offered only where its kernel runs
     page.drafter = gr.Radio(DRAFTERS, value=defaults.drafter, label="Drafter", elem_id="drafter")
     with gr.Row():
         page.draft_variant = gr.Dropdown(
-            list(VARIANTS), value=defaults.draft_variant, label="Draft variant", elem_id="draft-variant",
-            info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
+            list(offered_variants(device)), value=defaults.draft_variant, label="Draft variant", elem_id="draft-variant",
+            info="the draft made cheaper: int8/int4 weights, w8a8 = int8 weights and activations, "
+                 "-v16k/-v32k scores only the most frequent tokens. "
                  "The output stays the target's; only acceptance and speed change. Default: measured fastest here.",
         )
         page.target_kernel = gr.Dropdown(
-            list(KERNELS), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
+            list(offered_kernels(device)), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
             info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
-                 "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel. "
+                 "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel, "
+                 "w8a8 = int8 weights and int8 activations per token (a check of several tokens costs about one). "
                  "Plain decoding beside it runs the same kernel.",
         )
     with gr.Row():
