@@ -214,3 +214,14 @@ def test_a_failed_build_is_reported_not_retried(tmp_path, monkeypatch):
 
 def test_generation_config_accepts_the_names():
     assert GenerationConfig(target_kernel="w8a8", draft_variant="w8a8-v32k").validate().target_kernel == "w8a8"
+
+
+def test_prepare_builds_the_kernel_or_says_why_not(monkeypatch, capsys):
+    from specdec.__main__ import prepare_w8a8
+
+    prepare_w8a8()  # built already (this module needs it): a no-op that names the library
+    assert capsys.readouterr().out.strip() == f"w8a8 kernel ready: {w8a8_build.load()}"
+    line = "the w8a8 target kernel is not available here: test"
+    monkeypatch.setattr(w8a8_build, "unavailable_reason", lambda device=None: line)
+    prepare_w8a8()
+    assert capsys.readouterr().out.strip() == line
