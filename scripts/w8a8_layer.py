@@ -7,7 +7,8 @@ whole model's pass does (one layer's weight alone would sit in cache). Every ker
 timed in interleaved rounds (kernel by kernel within a round), so a change in the machine's load
 falls on all of them alike; the table gives medians. Kernels:
 
-- bf16: F.linear with bf16 weights and activations;
+- bf16: F.linear with bf16 weights and activations; fp32 (not by default): (W @ x.T).T in fp32, as
+  specdec/kernels/cpu_linear.py runs an fp32 pair (what AVX2-only machines run);
 - int8 wo: weight-only int8, one scale per row (aten._weight_int8pack_mm), bf16 activations;
 - int4 g32: weight-only int4, group 32 (aten._weight_int4pack_mm_for_cpu), bf16 activations;
 - fbgemm dyn: torch.ao's dynamic W8A8 (quantized.linear_dynamic): ONE activation scale per call
@@ -47,6 +48,8 @@ def kernels(n: int, k: int, copies: int, wanted: list[str]) -> dict:
     int8 = [quantize(w, 8) for w in dense]
     if "bf16" in wanted:
         out["bf16"] = ([w.bfloat16() for w in dense], lambda x, w: F.linear(x, w), torch.bfloat16)
+    if "fp32" in wanted:  # as specdec/kernels/cpu_linear.py runs fp32 on a CPU: the weight as the left operand
+        out["fp32"] = ([w.clone() for w in dense], lambda x, w: (w @ x.T).T, torch.float32)
     if "int8 wo" in wanted:
         out["int8 wo"] = ([(q.q, q.scale.bfloat16()) for q in int8],
                           lambda x, w: torch.ops.aten._weight_int8pack_mm(x, *w), torch.bfloat16)
