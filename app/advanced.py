@@ -100,14 +100,16 @@ def controls(page: Page, defaults: AdvancedValues) -> None:
     with gr.Row():
         page.draft_variant = gr.Dropdown(
             list(variants.names), value=defaults.draft_variant, label="Draft variant", elem_id="draft-variant",
-            info="the draft made cheaper: int8/int4 weights, -v16k/-v32k scores only the most frequent tokens. "
+            info="the draft made cheaper: int8/int4 weights, w8a8 = int8 weights and activations, "
+                 "-v16k/-v32k scores only the most frequent tokens. "
                  "The output stays the target's; only acceptance and speed change. Default: measured fastest here. "
                  + variants.explain(device.type),
         )
         page.target_kernel = gr.Dropdown(
             list(kernels.names), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
             info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
-                 "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel. "
+                 "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel, "
+                 "w8a8 = int8 weights and int8 activations per token (a check of several tokens costs about one). "
                  "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type),
         )
     with gr.Row():

@@ -209,8 +209,8 @@ def codesign_caption(session: TheorySession) -> str:
 def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None = None, alpha: float | None = None) -> str:
     if costs is None and not tables:
         return ("*What a pass costs here*: **Measure pass costs** times one target pass over 1, 2, 3, 4, 6, 8, 12 and 16 "
-                "tokens on this machine for each target kernel (bf16, int8, q4k; and llama.cpp when its servers run "
-                "here), median of 3 after 200 cached positions, beside one draft pass. Speculative decoding pays where "
+                "tokens on this machine for each target kernel (bf16, int8, q4k, w8a8 where it runs; and llama.cpp when its "
+                "servers run here), median of 3 after 200 cached positions, beside one draft pass. Speculative decoding pays where "
                 "checking K+1 tokens costs about one decode step.")
     k = k or 5
     text = ""

@@ -29,7 +29,7 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
     cached positions, and one pass of the draft variant chosen on the page), and llama.cpp's own
     when the page has started its servers; every session of this process sees the new tables."""
     from specdec.measure import cost_table
-    from specdec.core.variant_names import KERNELS
+    from specdec.kernels import device_offer
     from specdec.kernels.target_kernels import kernel_target
 
     session, store = values[page.theory_state], shared_store()
@@ -37,7 +37,7 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
         with store.acquire(store.check_offered(values[page.pair]), progress=lambda f, msg: progress(f, desc=msg)) as pair:
             variant = values[page.draft_variant]
             key = (pair.name, pair.dtype_name)
-            tables = {}
+            tables, KERNELS = {}, device_offer.target_kernels(pair.device).names
             for i, kernel in enumerate(KERNELS):
                 progress(i / (len(KERNELS) + 1), desc=f"pass costs: target kernel {kernel} (building it the first time)")
                 tables[kernel] = torch_thread.call(cost_table.measure, pair, kernel=kernel, draft_variant=variant, refresh=True,

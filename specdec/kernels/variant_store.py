@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from specdec.models.attention import use_packed_attention
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, QuantWeight, quantize, quantizer_parameters
 
 
@@ -66,14 +67,14 @@ def quantized_state(model: nn.Module, recipe, ids: torch.Tensor | None) -> tuple
             tensors.update(quantize(weight, recipe.head, recipe.group).tensors(name))
             if ids is not None:
                 tensors[f"{name}.ids"] = ids
-            layout[name] = {"kind": "head" if ids is not None else "linear", "bits": recipe.head, "group": recipe.group}
+            layout[name] = {"kind": "head" if ids is not None else "linear", "bits": recipe.head, "group": recipe.group, **_w8a8(recipe)}
         elif module is embedding:
             tensors.update(quantize(module.weight, recipe.embedding, recipe.group).tensors(name))
             layout[name] = {"kind": "embedding", "bits": recipe.embedding, "group": recipe.group}
         elif isinstance(module, nn.Linear):
             bits = recipe.layer_bits(name)
             tensors.update(quantize(module.weight, bits, recipe.group).tensors(name))
-            layout[name] = {"kind": "linear", "bits": bits, "group": recipe.group}
+            layout[name] = {"kind": "linear", "bits": bits, "group": recipe.group, **_w8a8(recipe)}
         else:
             continue
         done.add(name)
@@ -85,6 +86,21 @@ def quantized_state(model: nn.Module, recipe, ids: torch.Tensor | None) -> tuple
         if owner not in done and key not in tensors:
             tensors[key] = value
     return layout, tensors
+
+
+def _w8a8(recipe) -> dict:
+    """The layout entry's mark of a layer run with int8 activations (absent for weight-only ones)."""
+    return {"activations": 8} if getattr(recipe, "activations", None) == 8 else {}
+
+
+def _linear(entry: dict, tensors: dict, name: str, bias, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """A stored quantized linear layer: W8A8 (int8 activations per row) or weight-only."""
+    weight = QuantWeight.from_tensors(tensors, name, entry["bits"], entry.get("group", 0))
+    if entry.get("activations") == 8:
+        from specdec.kernels.w8a8 import W8A8Linear
+
+        return W8A8Linear(weight, bias, device)
+    return QuantLinear(weight, bias, dtype, device)
 
 
 def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: torch.device) -> nn.Module:
@@ -102,7 +118,7 @@ def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: to
             module = QuantEmbedding(QuantWeight.from_tensors(tensors, name, bits, group), dtype, device)
         else:
             if bits:
-                inner = QuantLinear(QuantWeight.from_tensors(tensors, name, bits, group), bias, dtype, device)
+                inner = _linear(entry, tensors, name, bias, dtype, device)
             else:
                 weight = tensors[f"{name}.weight"]
                 inner = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
@@ -126,6 +142,7 @@ def fill_the_rest(model: nn.Module, layout: dict, tensors: dict, dtype: torch.dt
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"{what} is missing tensors for {', '.join(left[:3])}")
+    use_packed_attention(model)  # as the pair's own models run (specdec/models/pair.py)
     return model.eval()
 
 

@@ -5,7 +5,9 @@ draft changes only how many tokens are accepted. A variant is named `<weights>[-
 (the names and their parsing: specdec/core/variant_names.py):
 
 - weights `bf16`: the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
-  quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what);
+  quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what); `w8a8`: the int8
+  weights of `int8`, every linear layer and the head run with int8 activations quantized per row
+  (specdec/kernels/w8a8.py; offered only where that kernel runs: specdec/kernels/device_offer.py);
 - `-v16k` / `-v32k`: a truncated vocabulary head that scores only the 16384 / 32768 most frequent
   tokens (specdec/models/vocab_subset.py) and fills every other logit with -inf, so argmax, softmax and
   rejection sampling downstream see an ordinary full-width row: q is a distribution over the
@@ -27,7 +29,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.core.variant_names import variant_parts
+from specdec.core.variant_names import needs_w8a8, variant_parts
+from specdec.kernels import w8a8_build
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
@@ -45,6 +48,7 @@ class Recipe:
     embedding: int  # the input embedding table (one row read per token, but resident in memory)
     group: int = INT4_GROUP  # input columns per int4 scale
     wider: tuple[str, ...] = ()  # layer names (suffixes) kept at int8 in an int4 recipe: the most sensitive ones
+    activations: int | None = None  # 8: linear layers and head quantize their input rows to int8 (W8A8); None: weight-only
 
     def layer_bits(self, name: str) -> int:
         return 8 if any(name.endswith(w) for w in self.wider) else self.layers
@@ -52,7 +56,9 @@ class Recipe:
 
 # Chosen by measurement (docs/benchmarks.md, "Draft variants"): per-token agreement with the
 # target's own output, pass time and resident memory.
-RECIPES = {8: Recipe(layers=8, head=8, embedding=8), 4: Recipe(layers=4, head=8, embedding=4)}
+# The embedding of `w8a8` stays weight-only int8: a lookup reads one row, there is no product to run.
+RECIPES = {"int8": Recipe(layers=8, head=8, embedding=8), "int4": Recipe(layers=4, head=8, embedding=4),
+           "w8a8": Recipe(layers=8, head=8, embedding=8, activations=8)}
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,13 @@ class VariantSpec:
         return self.bits is None and self.vocab is None
 
     @property
+    def weights(self) -> str:
+        """The weights part of the name: `int4-v32k` -> `int4`."""
+        return self.name.partition("-")[0]
+
+    @property
     def recipe(self) -> Recipe | None:
-        return RECIPES[self.bits] if self.bits else None
+        return RECIPES[self.weights] if self.bits else None
 
 
 def parse_variant(name) -> VariantSpec:
@@ -83,6 +94,8 @@ def draft_model(pair, name: str) -> nn.Module:
     spec = parse_variant(name)
     if spec.is_stock:
         return pair.draft
+    if needs_w8a8(name):
+        w8a8_build.require(pair.device)
     if pair.draft is None and name not in pair.variants:
         raise ValueError(f"draft_variant {name!r} needs a draft model, and pair {pair.name!r} has none")
     if name not in pair.variants:
@@ -95,7 +108,7 @@ def target_model(pair, name: str = "int4") -> nn.Module:
     plain decoding that is faster than the exact target and emits different text. Cached on disk
     beside the target's converted copy when there is one, like the draft variants."""
     spec = parse_variant(name)
-    if spec.bits is None or spec.vocab is not None:
+    if spec.weights not in ("int8", "int4") or spec.vocab is not None:
         raise ValueError(f"a quantized target is int8 or int4, got {name!r}")
     key = f"target:{name}"
     if key not in pair.variants:

@@ -146,7 +146,18 @@ def build_pair(
 ) -> ModelPair:
     """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
     draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
-    (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew."""
+    (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew. On a
+    CPU the models' attention runs packed per key/value head (specdec/models/attention.py)."""
+    from specdec.models.attention import use_packed_attention
+
+    pair = _build_pair(name, target=target, draft=draft, device=device, dtype=dtype, progress=progress)
+    for model in (pair.target, pair.draft):
+        if model is not None:
+            use_packed_attention(model)
+    return pair
+
+
+def _build_pair(name, *, target, draft, device, dtype, progress) -> ModelPair:
     if target is None:
         name = name or os.environ.get("SPECDEC_PAIR") or DEFAULT_PAIR
         preset = get_preset(name)  # unknown names fail here, before anything is loaded
