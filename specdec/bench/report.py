@@ -9,6 +9,8 @@ import math
 import statistics
 
 
+from specdec.bench.modes import OUR_MODES
+from specdec.bench.policies import split_mode
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.models.machine import REPORTED_FLAGS
@@ -17,6 +19,23 @@ from specdec.models.machine import REPORTED_FLAGS
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def fastest_exact(results: list[Result]) -> dict | None:
+    """The fastest exact configuration (our modes but the lossy lane, on any kernel and runner;
+    geomean tok/s over the prompts) and its tokens/s over the fastest plain configuration of any
+    kernel and runner. results: bench.Result records."""
+    rates: dict[tuple[str, str, str], list[float]] = {}
+    for r in results:
+        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
+            rates.setdefault((r.mode, r.target_kernel, r.runner), []).append(r.tok_s)
+    if not rates:
+        return None
+    rate = {key: geomean(values) for key, values in rates.items()}
+    (mode, kernel, runner), best = max(rate.items(), key=lambda item: item[1])
+    plain = max((v for (m, _, _), v in rate.items() if m == "plain"), default=None)
+    return {"mode": mode, "target_kernel": kernel, "runner": runner, "tok_s": best,
+            "over_fastest_plain": best / plain if plain else None}
 
 
 def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dict:
@@ -117,14 +136,16 @@ def leviathan(pairs: dict) -> dict:
 def table(report: dict) -> str:
     rows = report["results"]
     # x plain: our modes over our plain decoding on the same kernel; a real engine over its own plain decoding
-    plain = {(r["prompt"], r.get("target_kernel")): r["tok_s"] for r in rows if r["mode"] == "plain"}
+    lane = {id(r): (r.get("target_kernel"), r.get("runner", "eager")) for r in rows}  # (kernel, runner)
+    first = lane[id(rows[0])]
+    plain = {(r["prompt"], lane[id(r)]): r["tok_s"] for r in rows if r["mode"] == "plain"}
     plain.update({(r["prompt"], r["mode"]): r["tok_s"] for r in rows if r["mode"] in OWN_PLAIN.values()})
 
     def reference(r):
         own = OWN_PLAIN.get(r["mode"], r["mode"] if r["mode"] in OWN_PLAIN.values() else None)
-        return plain[r["prompt"], own] if own else plain[r["prompt"], r.get("target_kernel")]
-    several = len({r.get("target_kernel") for r in rows}) > 1
-    label = {id(r): r["mode"] + (f" [{r.get('target_kernel')}]" if several else "") for r in rows}  # mode [kernel]
+        return plain[r["prompt"], own] if own else plain.get((r["prompt"], lane[id(r)]), plain[r["prompt"], first])
+    kernels, runners = len({k for k, _ in lane.values() if k}) > 1, len({r for _, r in lane.values() if r}) > 1
+    label = {id(r): r["mode"] + lane_label(*lane[id(r)], kernels, runners) for r in rows}  # mode [kernel runner]
     width = max(22, *(len(v) for v in label.values()))
     head = f"{'prompt':<20} {'mode':<{width}} {'tokens':>6} {'seconds':>8} {'tok/s':>7} {'x plain':>7} {'same':>5} {'accept':>6}"
     lines = [head, "-" * len(head)]
@@ -158,6 +179,7 @@ def table(report: dict) -> str:
     if fastest:
         over = f", {fastest['over_fastest_plain']:.2f}x the fastest plain configuration" if fastest["over_fastest_plain"] else ""
         lines.append(f"fastest exact configuration: {fastest['mode']} on the {fastest['target_kernel']} target kernel, "
+                     f"{fastest.get('runner') or 'eager'} runner, "
                      f"{fastest['tok_s']:.2f} tok/s (geomean over prompts){over}")
     lev = s.get("leviathan")
     if lev and lev["c"] is not None:
@@ -167,3 +189,9 @@ def table(report: dict) -> str:
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(REPORTED_FLAGS)}, "
                  f"torch {m['torch']}, transformers {m['transformers']}, {m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
     return "\n".join(lines)
+
+
+def lane_label(kernel: str | None, runner: str | None, kernels: bool, runners: bool) -> str:
+    """" [int8 static]": what tells a row's lane apart when a bench ran several (empty: one lane)."""
+    parts = [p for p, shown in ((kernel, kernels), (runner, runners)) if shown and p]
+    return f" [{' '.join(parts)}]" if parts else ""

@@ -23,9 +23,9 @@ from typing import Callable
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import geomean, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
+from specdec.bench.report import fastest_exact, geomean, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
-from specdec.core.config import GenerationConfig
+from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
 from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
@@ -55,6 +55,7 @@ class Result:
     first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
     target_kernel: str | None = "bf16"  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
+    runner: str | None = "eager"  # how our passes ran (specdec/core/runners); plain is plain decoding on it (None: not our engine)
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -81,13 +82,16 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     }
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16") -> dict:
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16",
+             runner="eager") -> dict:
     if mode in (servers or {}):  # a real engine's server, up for the whole bench
         return servers[mode].run(prompt_ids, max_new_tokens)
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
-        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
+        config = replace(mode_config(mode, k, max_new_tokens, schedule), runner=runner)
+        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, config)
     if split_mode(mode)[0] in OUR_MODES:
-        return run_ours(pair, prompt_ids, replace(mode_config(mode, k, max_new_tokens, schedule, variant, k_policy), target_kernel=kernel))
+        config = mode_config(mode, k, max_new_tokens, schedule, variant, k_policy)
+        return run_ours(pair, prompt_ids, replace(config, target_kernel=kernel, runner=runner))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
 
@@ -130,6 +134,7 @@ def bench(
     modes=DEFAULT_MODES,
     variants: list[str] | None = None,
     kernels: list[str] | None = None,
+    runners: list[str] | None = None,
     k: int = 5,
     max_new_tokens: int = 96,
     repeats: int = 1,
@@ -138,15 +143,18 @@ def bench(
     warmup_tokens: int = 8,
     log=lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict:
-    """Run every mode on every prompt, once per target kernel; return {"results", "summary",
-    "machine", "settings"}. `variants`: the draft variants of the draft-model modes (default: the
-    measured default); `kernels`: the target kernels (default: bf16). Each kernel is compared with
-    plain decoding on the same kernel, a real engine with its own plain decoding; transformers' modes
-    and the real engines run once, beside the bf16 kernel. One built kernel model is resident at a time."""
+    """Run every mode on every prompt, once per target kernel and runner (a lane); return {"results",
+    "summary", "machine", "settings"}. `variants`: the draft variants of the draft-model modes
+    (default: the measured default); `kernels`: the target kernels (default: bf16); `runners`: how our
+    passes run (default: eager; specdec/core/runners). Each lane is compared with plain decoding in the
+    same lane, a real engine with its own plain decoding; transformers' modes and the real engines run
+    once, beside the first lane. One built kernel model is resident at a time."""
     variants = variants or [default_variant(pair.name, pair.device)]
     for v in variants:
         parse_variant(v)
     kernels = list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"])))
+    runners = list(dict.fromkeys(parse_runner(name) for name in (runners or ["eager"])))
+    lanes = [(kernel, runner) for kernel in kernels for runner in runners]
     modes = expand_modes(modes, variants)
     if pair.draft is None and any(split_mode(m)[0] in DRAFT_MODES or m.startswith("hf_assisted") for m in modes):
         raise ValueError(f"pair {pair.name!r} has no draft model")
@@ -159,15 +167,17 @@ def bench(
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
                     warmup_tokens, log)
-        for kernel in kernels:
-            release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
-            own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
-            found, summaries[kernel] = bench_kernel(plan, own, kernel)
+        for lane in lanes:
+            release(pair, keep=lane[0])  # the previous kernel's model goes before this one is built
+            own = [m for m in modes if lane == lanes[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
+            found, summaries[lane] = bench_kernel(plan, own, *lane)
             results += found
     release(pair)
-    summary = dict(summaries[kernels[0]])
-    if len(kernels) > 1:
-        summary["by_kernel"] = summaries
+    summary = dict(summaries[lanes[0]])
+    if len(kernels) > 1 and len(runners) == 1:
+        summary["by_kernel"] = {kernel: summaries[kernel, runner] for kernel, runner in lanes}
+    if len(runners) > 1:
+        summary["by_lane"] = {f"{kernel} {runner}": found for (kernel, runner), found in summaries.items()}
     summary["fastest_exact"] = fastest_exact(results)
     return {
         "results": [asdict(r) for r in results],
@@ -175,25 +185,10 @@ def bench(
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
-                     "target_kernels": kernels, "best": best_description(),
+                     "target_kernels": kernels, "runners": runners, "best": best_description(),
                      "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
                                "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
-
-
-def fastest_exact(results: list[Result]) -> dict | None:
-    """The fastest exact configuration (our modes but the lossy lane, on any kernel; geomean tok/s
-    over the prompts) and its tokens/s over the fastest plain configuration of any kernel."""
-    rates: dict[tuple[str, str], list[float]] = {}
-    for r in results:
-        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
-            rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
-    if not rates:
-        return None
-    rate = {key: geomean(values) for key, values in rates.items()}
-    (mode, kernel), best = max(rate.items(), key=lambda item: item[1])
-    plain = max((v for (m, _), v in rate.items() if m == "plain"), default=None)
-    return {"mode": mode, "target_kernel": kernel, "tok_s": best, "over_fastest_plain": best / plain if plain else None}
 
 
 @dataclass(frozen=True)
@@ -214,45 +209,47 @@ class Plan:
     warmup_tokens: int
     log: Callable[[str], None]
 
-    def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str) -> dict:
+    def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str, runner: str) -> dict:
         return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
-                        self.k_policy, self.servers, kernel)
+                        self.k_policy, self.servers, kernel, runner)
 
 
-def bench_kernel(plan: Plan, modes: list[str], kernel: str) -> tuple[list[Result], dict]:
-    """Every mode on every prompt with the target run by `kernel`: (results, summary). The runs of
-    servers one at a time come done in `plan.blocks`; the other modes alternate."""
+def bench_kernel(plan: Plan, modes: list[str], kernel: str, runner: str = "eager") -> tuple[list[Result], dict]:
+    """Every mode on every prompt with the target run by `kernel` and our passes by `runner`:
+    (results, summary). The runs of servers one at a time come done in `plan.blocks`; the other
+    modes alternate."""
     alternating = [m for m in modes if not runs_as_block(m)]
     # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
     # building (or loading) draft variants, target kernels and the int4 target, which the timed runs then reuse.
     for mode in alternating:
-        plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel)
+        plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel, runner)  # a compiled runner captures its passes here
     results, events = [], {}
     counter = [0, len(plan.prompts) * plan.repeats * len(alternating)]  # runs done, runs in all
     for i, (p, prompt_ids) in enumerate(zip(plan.prompts, plan.encoded)):
         pid = str(p.get("id", len(results)))
         runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
-        rounds(plan, runs, alternating, prompt_ids, f"{kernel} {pid}", kernel, counter)
+        rounds(plan, runs, alternating, prompt_ids, f"{kernel} {runner} {pid}", (kernel, runner), counter)
         for mode in modes:
-            results.append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel))
+            results.append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel, runner))
             if "events" in runs[mode][0]:
                 events[pid, mode] = runs[mode][0]["events"]
     return results, kernel_summary(plan, results, events, modes, kernel)
 
 
-def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, kernel: str, counter: list) -> None:
+def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, lane: tuple[str, str],
+           counter: list) -> None:
     """`plan.repeats` rounds of the alternating modes on one prompt, each run appended to `runs`."""
     for r in range(plan.repeats):
         # Rotate the order each round so no mode always runs right after another.
         for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
-            out = plan.run(mode, prompt_ids, plan.max_new_tokens, kernel)
+            out = plan.run(mode, prompt_ids, plan.max_new_tokens, *lane)
             runs[mode].append(out)
             counter[0] += 1
             plan.log(f"[{counter[0]}/{counter[1]}] {what} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s "
                      f"({len(out['ids']) / out['seconds']:.2f} tok/s)")
 
 
-def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | None, kernel: str) -> Result:
+def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | None, kernel: str, runner: str) -> Result:
     """One mode's record on one prompt, from its runs: the median time, and whether (and where) its
     output departs from the plain decoding it is judged against."""
     reference = runs[OWN_PLAIN.get(mode, "plain")][0]
@@ -265,6 +262,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
         acceptance_rate=first["acceptance_rate"], target_passes=first["target_passes"], mean_k=first["mean_k"],
         runs_s=seconds, draft_variant=variant,
         target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
+        runner=runner if split_mode(mode)[0] in OUR_MODES else None,
     )
     if mode == "plain_int4":
         d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)

@@ -11,7 +11,7 @@ from specdec.bench import runner
 from specdec.bench.modes import DEFAULT_MODES
 from specdec.bench.report import table
 from specdec.bench.runner import bench, load_prompts, set_draft_dtype
-from specdec.cli.args import add_bench_command_args, kernel_names, load, variant_names
+from specdec.cli.args import add_bench_command_args, kernel_names, load, runner_names, variant_names
 from specdec.core.config import MAX_K
 from specdec.models.bundle_chunks import BundleError
 
@@ -24,11 +24,12 @@ def run_bench(args) -> int:
     if args.repeats < 1 or args.max_new_tokens < 1:
         raise ValueError("repeats and max_new_tokens must be >= 1")
     prompts = load_prompts(args.prompts)
+    kernel_names(args), runner_names(args)  # bad names fail before the models load
     pair = load(args)
     set_draft_dtype(pair, getattr(args, "draft_dtype", None))
     modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    kernels = kernel_names(args)  # bad names fail before the models load
-    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, k=args.k,
+    kernels = kernel_names(args)
+    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, runners=runner_names(args, pair), k=args.k,
                    max_new_tokens=args.max_new_tokens, repeats=args.repeats, schedule=getattr(args, "schedule", "constant"),
                    k_policy=getattr(args, "k_policy", None))
     if args.json:
