@@ -21,7 +21,7 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-def fastest_exact(results: list[Result]) -> dict | None:
+def fastest_exact(results: list) -> dict | None:
     """The fastest exact configuration (our modes but the lossy lane, on any kernel and runner;
     geomean tok/s over the prompts) and its tokens/s over the fastest plain configuration of any
     kernel and runner. results: bench.Result records."""
@@ -36,6 +36,20 @@ def fastest_exact(results: list[Result]) -> dict | None:
     plain = max((v for (m, _, _), v in rate.items() if m == "plain"), default=None)
     return {"mode": mode, "target_kernel": kernel, "runner": runner, "tok_s": best,
             "over_fastest_plain": best / plain if plain else None}
+
+
+def lanes_summary(summaries: dict, results: list) -> dict:
+    """The bench's summary: the first lane's figures, each lane's when there were several (by_kernel
+    when only the kernel changed, by_lane "kernel runner" when the runner did), the fastest exact
+    configuration. summaries: (kernel, runner) -> summarize_results' figures of that lane."""
+    lanes = list(summaries)
+    summary = dict(summaries[lanes[0]])
+    if len({k for k, _ in lanes}) > 1 and len({r for _, r in lanes}) == 1:
+        summary["by_kernel"] = {kernel: found for (kernel, _), found in summaries.items()}
+    if len({r for _, r in lanes}) > 1:
+        summary["by_lane"] = {f"{kernel} {runner}": found for (kernel, runner), found in summaries.items()}
+    summary["fastest_exact"] = fastest_exact(results)
+    return summary
 
 
 def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dict:

@@ -23,7 +23,7 @@ from typing import Callable
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import fastest_exact, geomean, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
+from specdec.bench.report import geomean, lanes_summary, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
 from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
@@ -173,15 +173,9 @@ def bench(
             found, summaries[lane] = bench_kernel(plan, own, *lane)
             results += found
     release(pair)
-    summary = dict(summaries[lanes[0]])
-    if len(kernels) > 1 and len(runners) == 1:
-        summary["by_kernel"] = {kernel: summaries[kernel, runner] for kernel, runner in lanes}
-    if len(runners) > 1:
-        summary["by_lane"] = {f"{kernel} {runner}": found for (kernel, runner), found in summaries.items()}
-    summary["fastest_exact"] = fastest_exact(results)
     return {
         "results": [asdict(r) for r in results],
-        "summary": summary,
+        "summary": lanes_summary(summaries, results),
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
