@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.core.cached_model import CachedModel
+from specdec.core.runners.capture import CompiledModels
 from specdec.core.runners.eager import EagerRunner
 from specdec.core.runners.static_model import StaticModel
 
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunParts:
-    target: CachedModel | StaticModel  # the target as it runs (its kernel and runner chosen), with an empty cache of its own
-    draft: CachedModel | StaticModel | None  # the draft model as it runs (its variant chosen), empty cache; None: no draft model drafts
+    target: CachedModel | StaticModel | CompiledModels  # the target as it runs (its kernel and runner chosen), an empty cache of its own
+    draft: CachedModel | StaticModel | CompiledModels | None  # the draft model as it runs (its variant chosen); None: no draft model drafts
     costs: PassCosts | None  # the cost table the cost K policy reads; None where no cost policy runs
     device: torch.device  # where the run's tensors and its seeded generator live (the pair's device)
     eos_ids: frozenset[int]  # tokens that end the run where they stand

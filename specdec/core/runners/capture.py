@@ -28,19 +28,53 @@ from specdec.core.runners.shapes import LARGEST
 from specdec.core.runners.static_model import StaticModel
 
 log = logging.getLogger("specdec.runners")
-CAPTURED_CONTEXT = 4096  # positions in a compiled model's cache: a prompt and up to MAX_NEW_TOKENS_CAP new tokens
+# Cache sizes of compiled models (positions): a run takes the smallest that holds it. A check attends
+# over the whole cache (its size is part of the captured shape), so a cache far larger than the run
+# would cost every pass: on a GPU the repeated keys and values of a 7B's 28 layers at 4096 positions
+# are some 1.6 GB of memory traffic per check.
+CAPTURED_CONTEXTS = (512, 1024, 2048, 4096, 8192)
 WARMUP = 2  # passes run before a CUDA graph is captured (lazy initialisation happens outside the graph)
 
 
-def compiled_model(module, vocab_size: int, linear=None) -> StaticModel:
-    """The process's compiled StaticModel of this module, made on first use. It is kept on the module
-    itself, so it lives exactly as long as the weights it captured."""
-    model = module.__dict__.get("_specdec_compiled")
-    if model is None:
-        model = StaticModel(module, vocab_size, linear, capacity=CAPTURED_CONTEXT)
-        model.capturer = Capturer(model.device)
-        module.__dict__["_specdec_compiled"] = model
-    return model
+def compiled_model(module, vocab_size: int, linear=None) -> "CompiledModels":
+    """The process's compiled models of this module and logit width, made on first use. They are
+    kept on the module itself, so they live exactly as long as the weights they captured."""
+    families = module.__dict__.setdefault("_specdec_compiled", {})  # logit columns kept -> CompiledModels
+    if vocab_size not in families:
+        families[vocab_size] = CompiledModels(module, vocab_size, linear)
+    return families[vocab_size]
+
+
+class CompiledModels:
+    """A module's compiled StaticModels, one per cache size (CAPTURED_CONTEXTS), each captured shape
+    by shape as runs need them. A run claims the smallest that holds it (StaticModel.claim)."""
+
+    def __init__(self, module, vocab_size: int, linear=None):
+        self.module, self.vocab_size, self.linear = module, vocab_size, linear
+        self.device = module.device
+        self.models: dict[int, StaticModel] = {}  # cache size -> its compiled model
+
+    def claim(self, owner, positions: int, shapes) -> StaticModel:
+        size = next((c for c in CAPTURED_CONTEXTS if positions + LARGEST <= c), None)
+        if size is None:
+            log.warning("specdec: this run of the compiled runner runs static: %d positions exceed the largest captured "
+                        "cache (%d)", positions, CAPTURED_CONTEXTS[-1])
+            twin = StaticModel(self.module, self.vocab_size, self.linear)
+            return twin.claim(owner, positions, shapes)
+        if size not in self.models:
+            model = StaticModel(self.module, self.vocab_size, self.linear, capacity=size)
+            model.capturer = Capturer(model.device)
+            self.models[size] = model
+        return self.models[size].claim(owner, positions, shapes)
+
+    def release(self, owner) -> None:
+        for model in self.models.values():
+            model.release(owner)
+
+    @property
+    def capture_s(self) -> dict[tuple[int, int, bool], float]:
+        """Seconds each shape took to capture, by (cache size, tokens, last row only)."""
+        return {(size, *shape): s for size, model in self.models.items() for shape, s in model.capture_s.items()}
 
 
 class Capturer:

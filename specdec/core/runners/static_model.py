@@ -60,7 +60,8 @@ class StaticModel:
     def input(self, tokens: int) -> torch.Tensor:
         """The ids buffer of passes over `tokens` tokens: (tokens,) on the device."""
         if tokens not in self.inputs:
-            self.inputs[tokens] = torch.zeros(tokens, dtype=torch.long, device=self.device)
+            with torch.inference_mode(False):  # written by the runner outside inference mode too
+                self.inputs[tokens] = torch.zeros(tokens, dtype=torch.long, device=self.device)
         return self.inputs[tokens]
 
     @torch.inference_mode()
