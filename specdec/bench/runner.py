@@ -167,11 +167,13 @@ def bench(
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
                     warmup_tokens, log)
-        for lane in lanes:
-            release(pair, keep=lane[0])  # the previous kernel's model goes before this one is built
-            own = [m for m in modes if lane == lanes[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
-            found, summaries[lane] = bench_kernel(plan, own, *lane)
+        for kernel in kernels:
+            release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
+            modes_of = {runner: [m for m in modes if (kernel, runner) == lanes[0] or split_mode(m)[0] in OUR_MODES
+                                 and m != "plain_int4"] for runner in runners}
+            found, lane_summaries = bench_kernel(plan, modes_of, kernel)
             results += found
+            summaries.update(lane_summaries)
     release(pair)
     return {
         "results": [asdict(r) for r in results],
@@ -208,26 +210,34 @@ class Plan:
                         self.k_policy, self.servers, kernel, runner)
 
 
-def bench_kernel(plan: Plan, modes: list[str], kernel: str, runner: str = "eager") -> tuple[list[Result], dict]:
-    """Every mode on every prompt with the target run by `kernel` and our passes by `runner`:
-    (results, summary). The runs of servers one at a time come done in `plan.blocks`; the other
-    modes alternate."""
-    alternating = [m for m in modes if not runs_as_block(m)]
-    # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
-    # building (or loading) draft variants, target kernels and the int4 target, which the timed runs then reuse.
-    for mode in alternating:
-        plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel, runner)  # a compiled runner captures its passes here
-    results, events = [], {}
-    counter = [0, len(plan.prompts) * plan.repeats * len(alternating)]  # runs done, runs in all
+def bench_kernel(plan: Plan, modes_of: dict[str, list[str]], kernel: str) -> tuple[list[Result], dict]:
+    """Every mode on every prompt with the target run by `kernel`, once per runner (modes_of: runner
+    -> its modes): (results, {(kernel, runner): summary}). On each prompt the runners take turns,
+    and within a runner its modes alternate, so load from other processes spreads over both. The
+    runs of servers one at a time come done in `plan.blocks`."""
+    def alternating(modes: list[str]) -> list[str]:
+        return [m for m in modes if not runs_as_block(m)]
+
+    # One short warm-up run of every mode: first calls pay for allocations, lazy setup, building (or
+    # loading) draft variants, target kernels and the int4 target, and a compiled runner's captures.
+    for runner, modes in modes_of.items():
+        for mode in alternating(modes):
+            plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel, runner)
+    results = {runner: [] for runner in modes_of}
+    events = {runner: {} for runner in modes_of}
+    counter = [0, len(plan.prompts) * plan.repeats * sum(len(alternating(m)) for m in modes_of.values())]  # runs done, in all
     for i, (p, prompt_ids) in enumerate(zip(plan.prompts, plan.encoded)):
-        pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
-        rounds(plan, runs, alternating, prompt_ids, f"{kernel} {runner} {pid}", (kernel, runner), counter)
-        for mode in modes:
-            results.append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel, runner))
-            if "events" in runs[mode][0]:
-                events[pid, mode] = runs[mode][0]["events"]
-    return results, kernel_summary(plan, results, events, modes, kernel)
+        pid = str(p.get("id", i))
+        for runner, modes in modes_of.items():
+            runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
+            rounds(plan, runs, alternating(modes), prompt_ids, f"{kernel} {runner} {pid}", (kernel, runner), counter)
+            for mode in modes:
+                results[runner].append(result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel, runner))
+                if "events" in runs[mode][0]:
+                    events[runner][pid, mode] = runs[mode][0]["events"]
+    summaries = {(kernel, runner): kernel_summary(plan, results[runner], events[runner], modes, kernel)
+                 for runner, modes in modes_of.items()}
+    return [r for runner in modes_of for r in results[runner]], summaries
 
 
 def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, lane: tuple[str, str],
