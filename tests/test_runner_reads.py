@@ -11,6 +11,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from specdec.core.config import GenerationConfig
+from specdec.core.runners import static_draft
 from specdec.engines.assemble import generate
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -50,14 +51,25 @@ def counted_steps(pair, config) -> list[Counter]:
     GenerationConfig(k=4, max_new_tokens=32),
     GenerationConfig(k=4, temperature=0.8, top_p=0.9, top_k=50, seed=1, max_new_tokens=32),
     GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=32),
+    GenerationConfig(k=6, draft_confidence=0.5, temperature=0.8, seed=2, max_new_tokens=32),
     GenerationConfig(k=4, drafter="auto", max_new_tokens=32),
     GenerationConfig(drafter="none", max_new_tokens=16),
-], ids=["greedy", "sampling", "early-stop", "auto", "plain"])
-def test_a_static_step_reads_once_and_sends_nothing(tiny_pair, config):
+], ids=["greedy", "sampling", "early-stop", "early-stop-sampling", "auto", "plain"])
+def test_a_static_step_reads_once_and_sends_nothing(tiny_pair, config, monkeypatch):
+    """As on a GPU: the early stop decided on the device (FREE_READS empty)."""
+    monkeypatch.setattr(static_draft, "FREE_READS", ())
     counters = counted_steps(tiny_pair, replace(config, runner="static"))
     assert len(counters) >= 4
     for i, c in enumerate(counters):
         assert c.reads == ["tolist"] and c.from_python == [], f"step {i + 1}: reads {c.reads}, from Python {c.from_python}"
+
+
+def test_on_a_cpu_the_early_stop_reads_the_top_probability_of_each_pass(tiny_pair):
+    """Where tensors live in host memory the draft stops as the eager drafter does: one read of its
+    top probability per pass but the last, still one read of the step's result."""
+    counters = counted_steps(tiny_pair, GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=32, runner="static"))
+    assert all(c.reads.count("tolist") == 1 and set(c.reads) <= {"tolist", "item"} and not c.from_python for c in counters)
+    assert any(c.reads.count("item") >= 1 for c in counters)
 
 
 def test_the_counter_sees_what_the_eager_runner_reads(tiny_pair):

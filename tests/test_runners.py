@@ -12,6 +12,7 @@ from conftest import run_checked, tokens
 from runner_checks import assert_same_events, valid_slots
 from specdec.core.config import GenerationConfig
 from specdec.core.events import EOS_ACCEPTED
+from specdec.core.runners import static_draft
 from specdec.engines.assemble import generate, generate_detailed
 from specdec.measure.passcost import PassCosts
 
@@ -57,6 +58,19 @@ def test_static_emits_the_eager_events_under_the_cost_policy(tiny_pair, drafter)
     assert len({e.k for e in eager}) >= 3  # K moved
 
 
+@pytest.mark.parametrize("config", [
+    GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=40),
+    GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", draft_confidence=0.4, max_new_tokens=40),
+], ids=["fixed", "cost-auto"])
+def test_the_early_stop_decided_on_the_device_gives_the_eager_events(tiny_pair, monkeypatch, config):
+    """As on a GPU (FREE_READS empty): the draft makes all K passes, the drafts past the stop count
+    as not drafted, and the events are still the eager runner's."""
+    monkeypatch.setattr(static_draft, "FREE_READS", ())
+    eager, static = both(tiny_pair, config, costs=SLOPED)
+    assert_same_events(static, eager)
+    assert any(len(e.drafted) < e.k for e in eager)  # the draft really stopped early
+
+
 def test_static_stops_inside_an_accepted_draft_at_end_of_sequence(tiny_pair):
     # As in test_parity: a token the target accepted inside a draft, first seen there, becomes EOS.
     plain = tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=40)))
@@ -77,14 +91,16 @@ def test_static_cuts_a_step_at_max_new_tokens(tiny_pair, max_new_tokens):
     assert static[-1].finish == "length" and static[-1].total_tokens == max_new_tokens
 
 
-@pytest.mark.parametrize("config", [
-    GenerationConfig(k=4, max_new_tokens=24),
-    GenerationConfig(k=4, drafter="auto", max_new_tokens=24),
-    GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=24),
-], ids=["greedy", "auto", "early-stop"])
-def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config):
+@pytest.mark.parametrize("config, free_reads", [
+    (GenerationConfig(k=4, max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=4, drafter="auto", max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=24), ()),
+], ids=["greedy", "auto", "early-stop", "early-stop-on-the-device"])
+def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config, free_reads, monkeypatch):
     """After every step the valid slots of both static caches (the target: the sequence but its last
     token; the draft: what it has fed) equal the eager caches' at the same positions."""
+    monkeypatch.setattr(static_draft, "FREE_READS", free_reads)
     eager = generate(tiny_pair, PROMPT, replace(config, runner="eager"))
     static = generate(tiny_pair, PROMPT, replace(config, runner="static"))
     steps = 0
