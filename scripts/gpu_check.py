@@ -160,7 +160,6 @@ def whole_runs(models: dict, timings: dict, args, label: str) -> dict:
             events = list(build_decoding(pair, prompt, config))
             runs[mode] = events
         t, d = timings[target, args.loop_runner]["pass_ms"], timings[draft, args.loop_runner]["pass_ms"]
-        accounted = args.k * d["1"] + t[str(args.k + 1)] if str(args.k + 1) in t else None
         row = {}
         for mode, events in runs.items():
             seconds = events[-1].elapsed_s
@@ -169,12 +168,24 @@ def whole_runs(models: dict, timings: dict, args, label: str) -> dict:
                          "acceptance": sum(e.accepted for e in events) / max(1, sum(len(e.drafted) for e in events))}
         row["speedup"] = row["spec"]["tok_s"] / row["plain"]["tok_s"]
         row["same_tokens"] = [x for e in runs["spec"] for x in e.emitted] == [x for e in runs["plain"] for x in e.emitted]
-        row["spec_step_accounted_ms"] = accounted  # K draft passes + one check, from the pass timings
+        accounted = statistics.fmean(len(e.drafted) * d["1"] + check_ms(t, len(e.drafted) + 1) for e in runs["spec"])
+        row["spec_step_accounted_ms"] = accounted  # each step's draft passes and its check, from the pass timings
         row["plain_step_accounted_ms"] = t["1"]
         out[name] = row
         print(f"  {label} {name}: {row['speedup']:.2f}x, spec {row['spec']['ms_per_step']:.2f} ms/step "
               f"(accounted {accounted:.2f}), acceptance {row['spec']['acceptance']:.2f}", flush=True)
     return out
+
+
+def check_ms(timed: dict, n: int) -> float:
+    """A check of n tokens from the timed sizes, linear between them (the static runners pad n up
+    to their next fixed shape, which the sizes timed here mostly are)."""
+    sizes = sorted(int(k) for k in timed)
+    above = next((s for s in sizes if s >= n), sizes[-1])
+    below = max((s for s in sizes if s <= n), default=sizes[0])
+    if above == below:
+        return timed[str(above)]
+    return timed[str(below)] + (timed[str(above)] - timed[str(below)]) * (n - below) / (above - below)
 
 
 def force_acceptance(models: dict) -> None:
