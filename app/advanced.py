@@ -8,7 +8,9 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
+from specdec.core.config import RUNNERS
 from specdec.kernels import device_offer
+from specdec.kernels.runner_defaults import default_runner
 from specdec.kernels.variants import default_variant
 from specdec.models.pair import pick_device
 
@@ -28,6 +30,7 @@ class AdvancedValues:
     drafter: str = "model"
     draft_variant: str = "bf16"
     target_kernel: str = "bf16"
+    runner: str = "eager"
     adaptive: bool = False  # Adaptive K; wins over cost_k, as GenerationConfig.policy does
     cost_k: bool = False  # K from this machine's pass costs
     top_p: float | None = 1.0
@@ -67,6 +70,7 @@ def summary(values: AdvancedValues) -> str:
         SHORT_DRAFTERS.get(values.drafter, str(values.drafter)),
         f"draft {values.draft_variant}",
         f"target {values.target_kernel}",
+        f"{values.runner} runner",
         k_policy,
         f"top-p {_number(values.top_p)}",
         top_k,
@@ -82,12 +86,13 @@ def section(page: Page, default_pair: str, pair_note: str = "") -> None:
     """The closed accordion and the controls inside it; `page.advanced_fields` lists them in the
     order of AdvancedValues' fields (wire() reads them in that order). `pair_note`: why the pairs on
     offer are these (serving.pair_offer's Offer.explain), shown at the top."""
-    defaults = AdvancedValues(draft_variant=default_variant(default_pair, pick_device()))
+    device = pick_device()
+    defaults = AdvancedValues(draft_variant=default_variant(default_pair, device), runner=default_runner(device))
     with gr.Accordion(summary(defaults), open=False, elem_id="advanced") as page.advanced:
         if pair_note:
             gr.Markdown(f"Model pairs here. {pair_note}", elem_id="pair-offer")
         controls(page, defaults)
-    page.advanced_fields = [page.drafter, page.draft_variant, page.target_kernel, page.adaptive, page.cost_k,
+    page.advanced_fields = [page.drafter, page.draft_variant, page.target_kernel, page.runner, page.adaptive, page.cost_k,
                             page.top_p, page.top_k, page.seed, page.engine, page.spec_url, page.plain_url,
                             page.plain_int4, page.show_rejected]
     assert len(page.advanced_fields) == len(fields(AdvancedValues))
@@ -112,6 +117,13 @@ def controls(page: Page, defaults: AdvancedValues) -> None:
                  "w8a8 = int8 weights and int8 activations per token (a check of several tokens costs about one). "
                  "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type),
         )
+    page.runner = gr.Radio(
+        list(RUNNERS), value=defaults.runner, label="Runner", elem_id="runner",
+        info="how both models' passes run: eager = transformers as it is, a growing cache; static = a preallocated cache, "
+             "a few fixed shapes, one read from the device per step; compiled = static with each shape captured once "
+             "(CUDA graphs on a GPU, torch.compile on a CPU: minutes the first time). Same tokens; only speed changes. "
+             "Default: measured fastest here.",
+    )
     with gr.Row():
         page.adaptive = gr.Checkbox(defaults.adaptive, label="Adaptive K (+2 after a full accept, -1 otherwise)")
         page.cost_k = gr.Checkbox(defaults.cost_k, label="K from this machine's pass costs (0 where drafting would not pay)",

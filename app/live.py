@@ -66,7 +66,7 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
         adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
         top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
         drafter=values[page.drafter], draft_variant=values[page.draft_variant], target_kernel=values[page.target_kernel],
-        k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
+        runner=values[page.runner], k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
     ).validate()
 
 
@@ -241,7 +241,7 @@ def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, l
     drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
-                          f"{config.target_kernel}{drafts}",
+                          f"{config.target_kernel}, {config.runner} runner{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
 

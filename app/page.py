@@ -31,7 +31,7 @@ class Page:
         """The controls a run reads (passed to handlers as one dict)."""
         return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
                 self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4, self.cost_k,
-                self.target_kernel, self.engine, self.spec_url, self.plain_url}
+                self.target_kernel, self.runner, self.engine, self.spec_url, self.plain_url}
 
     def run_outputs(self) -> list:
         """Everything a frame of a run may update."""

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from specdec.cli.args import add_bench_command_args, add_generation_args, add_model_args, generation_config, load, variant_names
+from specdec.cli.args import (add_bench_command_args, add_generation_args, add_model_args, generation_config, load, runner_names,
+                              variant_names)
 from specdec.cli.engines import add_engines_command
 from specdec.core.events import BONUS, CORRECTION, StepEvent
 
@@ -33,14 +34,16 @@ def colour_events(events: list[StepEvent], show_rejected: bool = True) -> str:
 def cmd_generate(args) -> int:
     from specdec.bench.side_by_side import compare_runs
 
-    generation_config(args)  # bad settings fail before the models load
+    if len(runner_names(args)) > 1:
+        raise ValueError("generate runs one runner; --runner takes one name here")
+    generation_config(args, runner=runner_names(args)[0])  # bad settings fail before the models load
     if not args.prompt or not args.prompt.strip():
         raise ValueError("prompt must be non-empty text")
     pair = load(args)
     variants = variant_names(args, pair)
     if len(variants) > 1:
         raise ValueError("generate runs one draft variant; --draft-variant takes one name here")
-    config = generation_config(args, variants[0])
+    config = generation_config(args, variants[0], runner_names(args, pair)[0])
     if config.policy == "cost" and config.drafter != "none":
         from specdec.measure.cost_table import costs_for
 

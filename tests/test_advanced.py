@@ -5,15 +5,15 @@ from app.advanced import AdvancedValues, summary
 
 def test_the_defaults_read_as_one_line():
     line = summary(AdvancedValues())
-    assert line == ("Advanced: draft model \u00b7 draft bf16 \u00b7 target bf16 \u00b7 fixed K \u00b7 top-p 1 \u00b7 "
+    assert line == ("Advanced: draft model \u00b7 draft bf16 \u00b7 target bf16 \u00b7 eager runner \u00b7 fixed K \u00b7 top-p 1 \u00b7 "
                     "top-k off \u00b7 seed 0 \u00b7 this project's engine \u00b7 no lossy lane \u00b7 rejected shown")
     assert "\n" not in line
 
 
 def test_every_value_shows_in_the_line():
-    line = summary(AdvancedValues(drafter="lookup", draft_variant="int4-v16k", target_kernel="q4k", cost_k=True,
+    line = summary(AdvancedValues(drafter="lookup", draft_variant="int4-v16k", target_kernel="q4k", runner="static", cost_k=True,
                                   top_p=0.9, top_k=40, seed=7, lossy=True, show_rejected=False))
-    for part in ("prompt lookup", "draft int4-v16k", "target q4k", "K from pass costs", "top-p 0.9", "top-k 40", "seed 7",
+    for part in ("prompt lookup", "draft int4-v16k", "target q4k", "static runner", "K from pass costs", "top-p 0.9", "top-k 40", "seed 7",
                  "lossy lane on", "rejected hidden"):
         assert part in line, part
 

@@ -102,3 +102,20 @@ def test_bad_mode_and_variant_names(tiny_pair):
         bench(tiny_pair, PROMPTS[:1], modes=["plain", "fast"], max_new_tokens=2, log=lambda line: None)
     with pytest.raises(ValueError, match="draft_variant must be one of"):
         bench(tiny_pair, PROMPTS[:1], modes=["spec"], variants=["int3"], max_new_tokens=2, log=lambda line: None)
+
+
+def test_runners_side_by_side(tmp_path, capsys):
+    """`bench --runner eager,static` runs our modes once per runner, each against plain decoding on
+    its own runner; every row names its runner, transformers' rows none."""
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(PROMPTS[:1]))
+    argv = ["bench", "--pair", "tiny-random", "--dtype", "fp32", "--prompts", str(path), "--max-new-tokens", "6",
+            "--modes", "plain,spec,hf_assisted", "--json"]
+    assert main(argv + ["--runner", "eager,static"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = [(r["mode"], r["runner"]) for r in out["results"]]
+    assert rows == [("plain", "eager"), ("spec", "eager"), ("hf_assisted", None), ("plain", "static"), ("spec", "static")]
+    assert all(r["identical_to_plain"] in (None, True) for r in out["results"])
+    assert set(out["summary"]["by_lane"]) == {"bf16 eager", "bf16 static"} and out["settings"]["runners"] == ["eager", "static"]
+    assert "[static]" in table(out)
+    assert main(argv + ["--runner", "static,warp"]) == 2 and "runner must be one of" in capsys.readouterr().err

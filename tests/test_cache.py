@@ -42,7 +42,7 @@ def test_caches_roll_back_exactly(tiny_pair, config):
         kinds.add(event.kind)
         committed = run.seq[:-1]  # the last token is fed at the start of the next pass
         assert_cache_matches(run.target, tiny_pair.target, tiny_pair.vocab_size, committed)
-        draft = run.model_drafter.lm
+        draft = run.runner.draft
         behind = len(committed) - draft.length  # positions the draft model has not seen yet
         if config.drafter == "model":
             # Fully accepted draft: the draft has not yet fed its own last token. A plain step

@@ -38,6 +38,16 @@ def test_status_line_names_the_variant(capsys):
     assert "draft int4-v32k" in capsys.readouterr().out
 
 
+def test_generate_on_the_static_runner_names_it(capsys):
+    argv = ["generate", "--pair", "tiny-random", "--dtype", "fp32", "--prompt", "for i in range(10):",
+            "--k", "4", "--max-new-tokens", "16", "--compare", "--runner", "static"]
+    assert main(argv) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "static runner" in line and "identical to plain" in line
+    assert main(argv[:-1] + ["compiled,static"]) == 2 and "one runner" in capsys.readouterr().err
+    assert main(argv[:-1] + ["turbo"]) == 2 and "runner must be one of eager, static, compiled" in capsys.readouterr().err
+
+
 def test_bad_variant_exits_2(capsys):
     assert main(["generate", "--pair", "tiny-random", "--prompt", "x", "--draft-variant", "int2"]) == 2
     assert "draft_variant must be one of" in capsys.readouterr().err

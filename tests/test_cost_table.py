@@ -1,5 +1,5 @@
-"""specdec.measure.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype) and
-machine, cached on disk, read back without measuring, measured again on request."""
+"""specdec.measure.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype,
+runner) and machine, cached on disk, read back without measuring, measured again on request."""
 
 import json
 
@@ -33,9 +33,9 @@ def test_measured_once_then_read_from_disk(tiny_pair, cache, count_measurements,
     assert costs.sizes == cost_table.SIZES and all(t > 0 for t in costs.target_s) and costs.draft_s > 0
     assert costs.context == cost_table.CONTEXT and len(count_measurements) == 1
     (path,) = (cache / "costs").rglob("*.json")
-    assert path.name == "tiny-random.bf16.bf16.fp32.json"
+    assert path.name == "tiny-random.bf16.bf16.fp32.eager.json"
     data = json.loads(path.read_text())
-    assert data["key"] == {"pair": "tiny-random", "target_kernel": "bf16", "draft_variant": "bf16", "dtype": "fp32"}
+    assert data["key"] == {"pair": "tiny-random", "target_kernel": "bf16", "draft_variant": "bf16", "dtype": "fp32", "runner": "eager"}
     assert data["machine"]["torch"] and "threads" in data["machine"]
     monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
     assert cost_table.measure(tiny_pair) == costs and len(count_measurements) == 1
@@ -56,7 +56,7 @@ def test_one_table_per_kernel_and_variant_and_the_kernel_module_is_timed(tiny_pa
     assert asked == [1] and count_measurements == [tiny_pair.target]  # the module is built only to measure
     cost_table.measure(tiny_pair, kernel="q4k", target=tiny_pair.target, draft_variant="int8", repeats=1)
     names = sorted(p.name for p in (cache / "costs").rglob("*.json"))
-    assert names == ["tiny-random.int8.int8.fp32.json", "tiny-random.q4k.int8.fp32.json"]
+    assert names == ["tiny-random.int8.int8.fp32.eager.json", "tiny-random.q4k.int8.fp32.eager.json"]
 
 
 def test_a_damaged_table_is_measured_again(tiny_pair, cache, count_measurements, monkeypatch):
@@ -72,7 +72,23 @@ def test_progress_bar_and_costs_for_a_config(tiny_pair, cache, capsys):
 
     costs = cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", draft_variant="int4"), progress=True)
     assert "pass costs of tiny-random" in capsys.readouterr().err
-    assert list((cache / "costs").rglob("tiny-random.bf16.int4.fp32.json")) and costs.draft_s > 0
+    assert list((cache / "costs").rglob("tiny-random.bf16.int4.fp32.eager.json")) and costs.draft_s > 0
+
+
+def test_one_table_per_runner_timed_as_that_runner_runs(tiny_pair, cache, count_measurements, monkeypatch):
+    from specdec.core.config import GenerationConfig
+    from specdec.core.runners import static_model
+
+    runs = []
+    real_run = static_model.StaticModel.run
+    monkeypatch.setattr(static_model.StaticModel, "run", lambda self, *a, **k: runs.append(a[0]) or real_run(self, *a, **k))
+    eager = cost_table.measure(tiny_pair, repeats=1)
+    static = cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", runner="static"))
+    assert len(count_measurements) == 2 and static.sizes == eager.sizes and static.draft_s > 0
+    assert set(runs) == set(cost_table.SIZES)  # the static table timed the static model's fixed-shape passes
+    names = sorted(p.name for p in (cache / "costs").rglob("*.json"))
+    assert names == ["tiny-random.bf16.bf16.fp32.eager.json", "tiny-random.bf16.bf16.fp32.static.json"]
+    assert json.loads((cache / "costs").rglob("*.static.json").__next__().read_text())["key"]["runner"] == "static"
 
 
 def test_machine_folder_names_the_cpu_and_changes_with_what_decides_the_figures():

@@ -7,7 +7,9 @@ are a pair built for it: causal LMs whose logits depend on the last token only, 
 bigram table over 8 tokens), run by the engine like any model. Then every emitted token must
 follow row `previous token` of the target's processed distribution, and one run gives a
 thousand draws in seconds. Each known way to get this wrong (other
-engines have shipped them) is patched in and must fail the same test.
+engines have shipped them) is patched in and must fail the same test. Both runners are checked:
+the eager one (torch.multinomial) and the static one (acceptance on the device, draws by an
+exponential race; specdec.core.runners).
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from scipy.stats import chi2
 
 from conftest import run_checked, tokens
 from specdec.core import drafters
-from specdec.core import decoding as engine
 from specdec.core import sampling
-from specdec.core.acceptance import residual, speculative_sample
+from specdec.core.acceptance import race_sample, residual, speculative_sample
+from specdec.core.runners import eager, static_draft, static_runner
 from specdec.core.config import GenerationConfig
 from specdec.models.pair import ModelPair
 
@@ -59,9 +61,12 @@ class BigramLM(torch.nn.Module):
     def get_output_embeddings(self):
         return self.head
 
-    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0):
+    def get_input_embeddings(self):
+        return lambda ids: torch.nn.functional.one_hot(ids, self.head.in_features).float()
+
+    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, **kwargs):
         n = input_ids.shape[1]
-        empty = torch.zeros(1, 1, n, 1)
+        empty = torch.zeros(1, 1, n, 8)  # (1, kv heads, n, head dim) of the config above
         cache.update(empty, empty, 0)  # the cache counts positions (rollback is the engine's), nothing is attended
         ids = input_ids[:, -logits_to_keep:] if logits_to_keep else input_ids  # (1, n')
         return SimpleNamespace(logits=self.head(torch.nn.functional.one_hot(ids, self.head.in_features).float()))
@@ -140,44 +145,59 @@ def test_the_bigram_pair_is_what_it_claims(bigram):
     assert lm.length == 2
 
 
-def test_speculative_sampling_follows_the_target(bigram):
+RUNNERS = ("eager", "static")
+# Where each runner looks up what the broken variants replace: (the draft's module, the name of its
+# sampler there, the real sampler, the module that computes the target's p).
+PARTS = {
+    "eager": (drafters, "sample", sampling.sample, eager),
+    "static": (static_draft, "race_sample", race_sample, static_runner),
+}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_speculative_sampling_follows_the_target(bigram, runner):
     pair, target = bigram
-    events = run_checked(pair, "t0 t1", replace(CONFIG, max_new_tokens=64))
+    config = replace(CONFIG, runner=runner)
+    events = run_checked(pair, "t0 t1", replace(config, max_new_tokens=64))
     accepted = sum(e.accepted for e in events) / sum(len(e.drafted) for e in events)
     assert 0.3 < accepted < 0.95  # drafts are accepted and rejected: both halves of the rule are used
-    assert transition_p_value(pair, target, CONFIG) > SIGNIFICANCE
+    assert transition_p_value(pair, target, config) > SIGNIFICANCE
 
 
-def test_plain_sampling_passes_the_same_test(bigram):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_plain_sampling_passes_the_same_test(bigram, runner):
     pair, target = bigram
-    assert transition_p_value(pair, target, replace(CONFIG, drafter="none")) > SIGNIFICANCE
+    assert transition_p_value(pair, target, replace(CONFIG, drafter="none", runner=runner)) > SIGNIFICANCE
 
 
-def _q_from_raw_logits(monkeypatch):
+def _q_from_raw_logits(monkeypatch, runner):
     """The draft samples from its processed distribution but reports q from the raw logits (T = 1,
     no top-k / top-p): transformers #47932."""
-    real_probs, real_sample = sampling.probs_from_logits, sampling.sample
-    monkeypatch.setattr(drafters, "probs_from_logits", lambda logits, *args, **kwargs: torch.softmax(logits.float(), -1))
+    module, name, real_sample, _ = PARTS[runner]
+    real_probs = sampling.probs_from_logits
+    monkeypatch.setattr(module, "probs_from_logits", lambda logits, *args, **kwargs: torch.softmax(logits.float(), -1))
     # softmax is unchanged by a shift, so log(q_raw) are the logits again: sample from them processed
-    monkeypatch.setattr(drafters, "sample", lambda q, g: real_sample(real_probs(q.log(), TEMPERATURE, TOP_K, TOP_P), g))
+    monkeypatch.setattr(module, name, lambda q, g: real_sample(real_probs(q.log(), TEMPERATURE, TOP_K, TOP_P), g))
 
 
-def _target_without_temperature(monkeypatch):
+def _target_without_temperature(monkeypatch, runner):
     """The draft's q at the temperature, the target's p without it."""
     real = sampling.probs_from_logits
-    monkeypatch.setattr(engine, "probs_from_logits", lambda logits, t, top_k=0, top_p=1.0: real(logits, 1.0, top_k, top_p))
+    monkeypatch.setattr(PARTS[runner][3], "probs_from_logits", lambda logits, t, top_k=0, top_p=1.0: real(logits, 1.0, top_k, top_p))
 
 
-def _greedy_draft_with_its_q(monkeypatch):
+def _greedy_draft_with_its_q(monkeypatch, runner):
     """The draft proposes its argmax while its q is used as if it had sampled: transformers #32867."""
-    monkeypatch.setattr(drafters, "sample", lambda q, g: q.argmax(dim=-1))
+    module, name, _, _ = PARTS[runner]
+    monkeypatch.setattr(module, name, lambda q, g: q.argmax(dim=-1))
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("break_it", [_q_from_raw_logits, _target_without_temperature, _greedy_draft_with_its_q])
-def test_a_broken_engine_fails_the_test(bigram, monkeypatch, break_it):
+def test_a_broken_engine_fails_the_test(bigram, monkeypatch, break_it, runner):
     pair, target = bigram
-    break_it(monkeypatch)
-    assert transition_p_value(pair, target, CONFIG) < SIGNIFICANCE
+    break_it(monkeypatch, runner)
+    assert transition_p_value(pair, target, replace(CONFIG, runner=runner)) < SIGNIFICANCE
 
 
 # --- the bonus token ------------------------------------------------------------------------------

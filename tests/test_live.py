@@ -42,7 +42,7 @@ def settings(page, **overrides) -> dict:
               page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 48,
               page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16",
               page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(),
-              page.target_kernel: "bf16", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
+              page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
     values.update({getattr(page, k): v for k, v in overrides.items()})
     return values
 
@@ -72,6 +72,16 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
     assert len(threads) == len(last.spec) + len(last.plain)
     assert len(set(threads)) == 1 and threads[0] != threading.get_ident()  # one thread, not the page's:
     assert torch_thread.call(threading.get_ident) == threads[0]  # the torch thread
+
+
+def test_the_runner_chosen_on_the_page_runs_and_is_named(page, tiny_pair):
+    frames = list(live.live_run(page, settings(page, runner="static", max_new=16), no_progress))
+    last = frames[-1][page.run_view]
+    assert last.config.runner == "static" and "static runner" in last.status
+    config = GenerationConfig(max_new_tokens=16, k=4)
+    assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
+    with pytest.raises(ValueError, match="runner must be one of eager, static, compiled"):
+        live.read_config(page, settings(page, runner="fast"))
 
 
 def test_stop_ends_the_run_between_two_steps(page):

@@ -141,4 +141,4 @@ def test_cost_policy_measures_its_cost_table_when_none_is_given(tiny_pair, plain
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48))
     assert tokens(events) == plain and all(e.predicted_tok_s > 0 for e in events)
-    assert list((tmp_path / "costs").rglob("tiny-random.bf16.bf16.fp32.json"))
+    assert list((tmp_path / "costs").rglob("tiny-random.bf16.bf16.fp32.eager.json"))

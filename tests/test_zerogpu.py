@@ -103,7 +103,7 @@ def page_values(page, **changes):
     values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5, page.adaptive: False,
               page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 1024, page.seed: 0, page.compare: True,
               page.show_rejected: True, page.draft_variant: "bf16", page.plain_int4: False, page.cost_k: False,
-              page.stop: StopFlag(), page.target_kernel: "bf16", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
+              page.stop: StopFlag(), page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
     return values | {getattr(page, k): v for k, v in changes.items()}
 
 

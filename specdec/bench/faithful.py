@@ -39,8 +39,11 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
     for result in results:
         if not is_plain(result.mode):
             continue
-        source = forcing_source(plan, result.mode, kernel)
-        predicted = source.forced_predictions(prompt_ids, reference) if source is not None else None
+        key = (pid, result.mode, kernel)  # the predictions do not depend on the runner: measured once
+        if key not in plan.forced:
+            source = forcing_source(plan, result.mode, kernel)
+            plan.forced[key] = source.forced_predictions(prompt_ids, reference) if source is not None else None
+        predicted = plan.forced[key]
         figures = faithfulness(runs[result.mode][0]["ids"], reference, predicted)
         result.departs_bf16_at, result.top1_agree_bf16 = figures.first_departure, figures.top1_agreement
 
@@ -49,14 +52,15 @@ def forcing_source(plan, mode: str, kernel: str):
     """The source that can say `mode`'s top-1 along a given text, or None (a server that runs as a
     block is stopped by now; a source that cannot force tokens)."""
     if mode == "plain":
-        return OurSource(plan.pair, replace(mode_config("plain", plan.k, plan.max_new_tokens, plan.schedule), target_kernel=kernel))
+        config = replace(mode_config("plain", plan.k, plan.max_new_tokens, plan.schedule), target_kernel=kernel)
+        return OurSource(plan.pair, config)
     served = plan.servers.get(mode)
     return served.source if served is not None and served.source.capabilities.forces_tokens else None
 
 
-def summary(results: list, kernel: str) -> dict:
+def summary(results: list) -> dict:
     """mode -> the mean top-1 agreement over prompts and the departure index per prompt, for the plain
-    modes judged on `kernel` (a real engine's under the kernel it ran beside)."""
+    modes among `results` (one lane's: a real engine's under the lane it ran beside)."""
     out = {}
     for mode in [m for m in dict.fromkeys(r.mode for r in results) if is_plain(m)]:
         rows = [r for r in results if r.mode == mode and r.top1_agree_bf16 is not None]

@@ -21,6 +21,50 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
+def fastest_exact(results: list) -> dict | None:
+    """The fastest exact configuration (our modes but the lossy lane, on any kernel and runner;
+    geomean tok/s over the prompts), its tokens/s over the fastest plain configuration of any kernel
+    and runner and over each real engine's plain decoding in the same run; `speculative`: the same
+    for the fastest of our modes that drafts (plain decoding left out). results: bench.Result records."""
+    rates: dict[tuple[str, str, str], list[float]] = {}
+    real_plain: dict[str, list[float]] = {}
+    for r in results:
+        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
+            rates.setdefault((r.mode, r.target_kernel, r.runner), []).append(r.tok_s)
+        elif r.mode in OWN_PLAIN.values():
+            real_plain.setdefault(r.mode, []).append(r.tok_s)
+    if not rates:
+        return None
+    rate = {key: geomean(values) for key, values in rates.items()}
+    plain = max((v for (m, _, _), v in rate.items() if m == "plain"), default=None)
+    others = {mode: geomean(values) for mode, values in real_plain.items()}
+
+    def described(key: tuple[str, str, str]) -> dict:
+        tok_s = rate[key]
+        return {"mode": key[0], "target_kernel": key[1], "runner": key[2], "tok_s": tok_s,
+                "over_fastest_plain": tok_s / plain if plain else None,
+                "over_real_plain": {mode: tok_s / v for mode, v in others.items() if v}}
+
+    out = described(max(rate, key=rate.get))
+    drafting = [key for key in rate if key[0] != "plain"]
+    out["speculative"] = described(max(drafting, key=rate.get)) if drafting else None
+    return out
+
+
+def lanes_summary(summaries: dict, results: list) -> dict:
+    """The bench's summary: the first lane's figures, each lane's when there were several (by_kernel
+    when only the kernel changed, by_lane "kernel runner" when the runner did), the fastest exact
+    configuration. summaries: (kernel, runner) -> summarize_results' figures of that lane."""
+    lanes = list(summaries)
+    summary = dict(summaries[lanes[0]])
+    if len({k for k, _ in lanes}) > 1 and len({r for _, r in lanes}) == 1:
+        summary["by_kernel"] = {kernel: found for (kernel, _), found in summaries.items()}
+    if len({r for _, r in lanes}) > 1:
+        summary["by_lane"] = {f"{kernel} {runner}": found for (kernel, runner), found in summaries.items()}
+    summary["fastest_exact"] = fastest_exact(results)
+    return summary
+
+
 def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dict:
     """results: bench.Result records; events: (prompt, mode) -> our engine's StepEvents;
     draft_gb: mode -> resident GB of the draft model that mode ran."""
@@ -53,35 +97,6 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         summary["plain_int4"] = {p: {"first_difference": by[p, "plain_int4"].first_difference,
                                      "agree_first_64": by[p, "plain_int4"].agree_first_64} for p in prompts}
     return summary
-
-
-def fastest_exact(results: list) -> dict | None:
-    """The fastest exact configuration (our modes but the lossy lane, on any kernel; geomean tok/s
-    over the prompts), its tokens/s over the fastest plain configuration of any kernel and over each
-    real engine's plain decoding in the same run; `speculative`: the same for the fastest of our
-    modes that drafts (plain decoding left out)."""
-    rates: dict[tuple[str, str], list[float]] = {}
-    real_plain: dict[str, list[float]] = {}
-    for r in results:
-        if split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4":
-            rates.setdefault((r.mode, r.target_kernel), []).append(r.tok_s)
-        elif r.mode in OWN_PLAIN.values():
-            real_plain.setdefault(r.mode, []).append(r.tok_s)
-    if not rates:
-        return None
-    rate = {key: geomean(values) for key, values in rates.items()}
-    plain = max((v for (m, _), v in rate.items() if m == "plain"), default=None)
-    others = {mode: geomean(values) for mode, values in real_plain.items()}
-
-    def described(key: tuple[str, str]) -> dict:
-        tok_s = rate[key]
-        return {"mode": key[0], "target_kernel": key[1], "tok_s": tok_s, "over_fastest_plain": tok_s / plain if plain else None,
-                "over_real_plain": {mode: tok_s / v for mode, v in others.items() if v}}
-
-    out = described(max(rate, key=rate.get))
-    drafting = [key for key in rate if key[0] != "plain"]
-    out["speculative"] = described(max(drafting, key=rate.get)) if drafting else None
-    return out
 
 
 def by_mode_ours(modes) -> list:
@@ -148,14 +163,16 @@ def leviathan(pairs: dict) -> dict:
 def table(report: dict) -> str:
     rows = report["results"]
     # x plain: our modes over our plain decoding on the same kernel; a real engine over its own plain decoding
-    plain = {(r["prompt"], r.get("target_kernel")): r["tok_s"] for r in rows if r["mode"] == "plain"}
+    lane = {id(r): (r.get("target_kernel"), r.get("runner", "eager")) for r in rows}  # (kernel, runner)
+    first = lane[id(rows[0])]
+    plain = {(r["prompt"], lane[id(r)]): r["tok_s"] for r in rows if r["mode"] == "plain"}
     plain.update({(r["prompt"], r["mode"]): r["tok_s"] for r in rows if r["mode"] in OWN_PLAIN.values()})
 
     def reference(r):
         own = OWN_PLAIN.get(r["mode"], r["mode"] if r["mode"] in OWN_PLAIN.values() else None)
-        return plain[r["prompt"], own] if own else plain[r["prompt"], r.get("target_kernel")]
-    several = len({r.get("target_kernel") for r in rows}) > 1
-    label = {id(r): r["mode"] + (f" [{r.get('target_kernel')}]" if several else "") for r in rows}  # mode [kernel]
+        return plain[r["prompt"], own] if own else plain.get((r["prompt"], lane[id(r)]), plain[r["prompt"], first])
+    kernels, runners = len({k for k, _ in lane.values() if k}) > 1, len({r for _, r in lane.values() if r}) > 1
+    label = {id(r): r["mode"] + lane_label(*lane[id(r)], kernels, runners) for r in rows}  # mode [kernel runner]
     width = max(22, *(len(v) for v in label.values()))
     head = f"{'prompt':<20} {'mode':<{width}} {'tokens':>6} {'seconds':>8} {'tok/s':>7} {'x plain':>7} {'same':>5} {'accept':>6}"
     lines = [head, "-" * len(head)]
@@ -171,8 +188,12 @@ def table(report: dict) -> str:
             why = "" if d["margin"] is None else f", margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
             line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}{why}"
         lines.append(line)
-    s = report["summary"]
-    lines.append("")
+    return "\n".join(lines + [""] + summary_lines(report))
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The table's closing lines: the summary's figures, then the machine."""
+    s, lines = report["summary"], []
     lines.append("geomean speedup vs plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_plain"].items() if v))
     if s.get("speedup_vs_own_plain"):
         lines.append("geomean speedup vs the engine's own plain: " + ", ".join(f"{m} {v:.2f}x" for m, v in s["speedup_vs_own_plain"].items() if v))
@@ -193,7 +214,7 @@ def table(report: dict) -> str:
     m = report["machine"]
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, CPU flags {' '.join(m['cpu_flags']) or 'none of ' + ' '.join(REPORTED_FLAGS)}, "
                  f"torch {m['torch']}, transformers {m['transformers']}, {m['device']}, target {m['dtype']}, draft {m['draft_dtype']}")
-    return "\n".join(lines)
+    return lines
 
 
 def fastest_lines(fastest: dict | None) -> list[str]:
@@ -205,20 +226,25 @@ def fastest_lines(fastest: dict | None) -> list[str]:
             continue
         over = [f"{f['over_fastest_plain']:.2f}x the fastest plain configuration"] if f["over_fastest_plain"] else []
         over += [f"{v:.2f}x {mode}" for mode, v in f["over_real_plain"].items()]
-        lines.append(f"{what}: {f['mode']} on the {f['target_kernel']} target kernel, {f['tok_s']:.2f} tok/s "
-                     f"(geomean over prompts)" + "".join(", " + o for o in over))
+        lines.append(f"{what}: {f['mode']} on the {f['target_kernel']} target kernel, {f.get('runner') or 'eager'} runner, "
+                     f"{f['tok_s']:.2f} tok/s (geomean over prompts)" + "".join(", " + o for o in over))
     return lines
 
 
 def faithfulness_lines(s: dict) -> list[str]:
     """Each plain run against bf16 plain decoding: mean top-1 agreement under teacher forcing, and where
     the greedy text first departs, per prompt (- where it never does)."""
-    by_kernel = s.get("by_kernel") or {None: s}
+    lanes = s.get("by_lane") or s.get("by_kernel") or {None: s}
     lines = []
-    for kernel, ks in by_kernel.items():
-        for mode, f in (ks.get("faithfulness") or {}).items():
+    for lane, ls in lanes.items():
+        for mode, f in (ls.get("faithfulness") or {}).items():
             where = ", ".join("-" if i is None else str(i) for i in f["departs_bf16_at"].values())
-            label = mode if mode != "plain" or kernel is None else f"plain [{kernel}]"
+            label = mode if mode != "plain" or lane is None else f"plain [{lane}]"
             lines.append(f"faithful to bf16 plain: {label} top-1 {f['top1_agree_bf16']:.3f}, departs at {where}")
     return lines
 
+
+def lane_label(kernel: str | None, runner: str | None, kernels: bool, runners: bool) -> str:
+    """" [int8 static]": what tells a row's lane apart when a bench ran several (empty: one lane)."""
+    parts = [p for p, shown in ((kernel, kernels), (runner, runners)) if shown and p]
+    return f" [{' '.join(parts)}]" if parts else ""

@@ -24,9 +24,9 @@ from specdec.bench import faithful
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import fastest_exact, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
+from specdec.bench.report import geomean, lanes_summary, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
-from specdec.core.config import GenerationConfig
+from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
 from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
@@ -35,7 +35,7 @@ from specdec.kernels.variants import default_variant, draft_model, parse_variant
 from specdec.measure.compare import departure, first_difference
 from specdec.measure.cost_table import costs_for
 from specdec.measure.metrics import summarize
-from specdec.models.pair import DTYPES, ModelPair
+from specdec.models.pair import ModelPair
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json")
 
@@ -56,6 +56,7 @@ class Result:
     first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
     target_kernel: str | None = "bf16"  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
+    runner: str | None = "eager"  # how our passes ran (specdec/core/runners); plain is plain decoding on it (None: not our engine)
     departs_bf16_at: int | None = None  # plain modes: first new token where the output leaves bf16 plain's (None: same, or not judged)
     top1_agree_bf16: float | None = None  # plain modes: top-1 agreement with bf16 plain's output under teacher forcing
 
@@ -84,13 +85,16 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     }
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16") -> dict:
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16",
+             runner="eager") -> dict:
     if mode in (servers or {}):  # a real engine's server, up for the whole bench
         return servers[mode].run(prompt_ids, max_new_tokens)
     if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
-        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, mode_config(mode, k, max_new_tokens, schedule))
+        config = replace(mode_config(mode, k, max_new_tokens, schedule), runner=runner)
+        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, config)
     if split_mode(mode)[0] in OUR_MODES:
-        return run_ours(pair, prompt_ids, replace(mode_config(mode, k, max_new_tokens, schedule, variant, k_policy), target_kernel=kernel))
+        config = mode_config(mode, k, max_new_tokens, schedule, variant, k_policy)
+        return run_ours(pair, prompt_ids, replace(config, target_kernel=kernel, runner=runner))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
 
@@ -133,6 +137,7 @@ def bench(
     modes=DEFAULT_MODES,
     variants: list[str] | None = None,
     kernels: list[str] | None = None,
+    runners: list[str] | None = None,
     k: int = 5,
     max_new_tokens: int = 96,
     repeats: int = 1,
@@ -141,15 +146,18 @@ def bench(
     warmup_tokens: int = 8,
     log=lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict:
-    """Run every mode on every prompt, once per target kernel; return {"results", "summary",
-    "machine", "settings"}. `variants`: the draft variants of the draft-model modes (default: the
-    measured default); `kernels`: the target kernels (default: bf16). Each kernel is compared with
-    plain decoding on the same kernel, a real engine with its own plain decoding; transformers' modes
-    and the real engines run once, beside the bf16 kernel. One built kernel model is resident at a time."""
+    """Run every mode on every prompt, once per target kernel and runner (a lane); return {"results",
+    "summary", "machine", "settings"}. `variants`: the draft variants of the draft-model modes
+    (default: the measured default); `kernels`: the target kernels (default: bf16); `runners`: how our
+    passes run (default: eager; specdec/core/runners). Each lane is compared with plain decoding in the
+    same lane, a real engine with its own plain decoding; transformers' modes and the real engines run
+    once, beside the first lane. One built kernel model is resident at a time."""
     variants = variants or [default_variant(pair.name, pair.device)]
     for v in variants:
         parse_variant(v)
     kernels = faithful.reference_first(list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"]))))
+    runners = list(dict.fromkeys(parse_runner(name) for name in (runners or ["eager"])))
+    lanes = [(kernel, runner) for kernel in kernels for runner in runners]
     modes = expand_modes(modes, variants)
     if pair.draft is None and any(split_mode(m)[0] in DRAFT_MODES or m.startswith("hf_assisted") for m in modes):
         raise ValueError(f"pair {pair.name!r} has no draft model")
@@ -161,24 +169,22 @@ def bench(
     results, summaries = [], {}
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
-                    warmup_tokens, log, references={})
+                    warmup_tokens, log, references={}, forced={})
         for kernel in kernels:
             release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
-            own = [m for m in modes if kernel == kernels[0] or split_mode(m)[0] in OUR_MODES and m != "plain_int4"]
-            found, summaries[kernel] = bench_kernel(plan, own, kernel)
+            modes_of = {runner: [m for m in modes if (kernel, runner) == lanes[0] or split_mode(m)[0] in OUR_MODES
+                                 and m != "plain_int4"] for runner in runners}
+            found, lane_summaries = bench_kernel(plan, modes_of, kernel)
             results += found
+            summaries.update(lane_summaries)
     release(pair)
-    summary = dict(summaries[kernels[0]])
-    if len(kernels) > 1:
-        summary["by_kernel"] = summaries
-    summary["fastest_exact"] = fastest_exact(results)
     return {
         "results": [asdict(r) for r in results],
-        "summary": summary,
+        "summary": lanes_summary(summaries, results),
         "machine": machine_info(pair),
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
-                     "target_kernels": kernels, "best": best_description(),
+                     "target_kernels": kernels, "runners": runners, "best": best_description(),
                      "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
                                "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
@@ -202,48 +208,59 @@ class Plan:
     warmup_tokens: int
     log: Callable[[str], None]
     references: dict  # prompt id -> the bf16 kernel's plain output, what every plain run is judged against (bench.faithful)
+    forced: dict  # (prompt id, mode, kernel) -> its top-1 predictions along the reference, measured once for all runners
 
-    def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str) -> dict:
+    def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str, runner: str) -> dict:
         return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
-                        self.k_policy, self.servers, kernel)
+                        self.k_policy, self.servers, kernel, runner)
 
 
-def bench_kernel(plan: Plan, modes: list[str], kernel: str) -> tuple[list[Result], dict]:
-    """Every mode on every prompt with the target run by `kernel`: (results, summary). The runs of
-    servers one at a time come done in `plan.blocks`; the other modes alternate."""
-    alternating = [m for m in modes if not runs_as_block(m)]
-    # One short warm-up run of every mode: first calls pay for allocations, lazy setup and for
-    # building (or loading) draft variants, target kernels and the int4 target, which the timed runs then reuse.
-    for mode in alternating:
-        plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel)
-    results, events = [], {}
-    counter = [0, len(plan.prompts) * plan.repeats * len(alternating)]  # runs done, runs in all
+def bench_kernel(plan: Plan, modes_of: dict[str, list[str]], kernel: str) -> tuple[list[Result], dict]:
+    """Every mode on every prompt with the target run by `kernel`, once per runner (modes_of: runner
+    -> its modes): (results, {(kernel, runner): summary}). On each prompt the runners take turns,
+    and within a runner its modes alternate, so load from other processes spreads over both. The
+    runs of servers one at a time come done in `plan.blocks`."""
+    def alternating(modes: list[str]) -> list[str]:
+        return [m for m in modes if not runs_as_block(m)]
+
+    # One short warm-up run of every mode: first calls pay for allocations, lazy setup, building (or
+    # loading) draft variants, target kernels and the int4 target, and a compiled runner's captures.
+    for runner, modes in modes_of.items():
+        for mode in alternating(modes):
+            plan.run(mode, plan.encoded[0], plan.warmup_tokens, kernel, runner)
+    results = {runner: [] for runner in modes_of}
+    events = {runner: {} for runner in modes_of}
+    counter = [0, len(plan.prompts) * plan.repeats * sum(len(alternating(m)) for m in modes_of.values())]  # runs done, in all
     for i, (p, prompt_ids) in enumerate(zip(plan.prompts, plan.encoded)):
-        pid = str(p.get("id", len(results)))
-        runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
-        rounds(plan, runs, alternating, prompt_ids, f"{kernel} {pid}", kernel, counter)
-        found = [result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel) for mode in modes]
-        faithful.judge(plan, pid, prompt_ids, runs, found, kernel)
-        results += found
-        for mode in modes:
-            if "events" in runs[mode][0]:
-                events[pid, mode] = runs[mode][0]["events"]
-    return results, kernel_summary(plan, results, events, modes, kernel)
+        pid = str(p.get("id", i))
+        for runner, modes in modes_of.items():
+            runs: dict[str, list[dict]] = {m: list(plan.blocks.get((i, m), [])) for m in modes}
+            rounds(plan, runs, alternating(modes), prompt_ids, f"{kernel} {runner} {pid}", (kernel, runner), counter)
+            found = [result_of(plan.pair, pid, mode, runs, plan.variant_of.get(mode), kernel, runner) for mode in modes]
+            faithful.judge(plan, pid, prompt_ids, runs, found, kernel)
+            results[runner] += found
+            for mode in modes:
+                if "events" in runs[mode][0]:
+                    events[runner][pid, mode] = runs[mode][0]["events"]
+    summaries = {(kernel, runner): kernel_summary(plan, results[runner], events[runner], modes, kernel)
+                 for runner, modes in modes_of.items()}
+    return [r for runner in modes_of for r in results[runner]], summaries
 
 
-def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, kernel: str, counter: list) -> None:
+def rounds(plan: Plan, runs: dict, alternating: list[str], prompt_ids: list[int], what: str, lane: tuple[str, str],
+           counter: list) -> None:
     """`plan.repeats` rounds of the alternating modes on one prompt, each run appended to `runs`."""
     for r in range(plan.repeats):
         # Rotate the order each round so no mode always runs right after another.
         for mode in alternating[r % len(alternating) :] + alternating[: r % len(alternating)]:
-            out = plan.run(mode, prompt_ids, plan.max_new_tokens, kernel)
+            out = plan.run(mode, prompt_ids, plan.max_new_tokens, *lane)
             runs[mode].append(out)
             counter[0] += 1
             plan.log(f"[{counter[0]}/{counter[1]}] {what} {mode}: {len(out['ids'])} tokens in {out['seconds']:.2f} s "
                      f"({len(out['ids']) / out['seconds']:.2f} tok/s)")
 
 
-def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | None, kernel: str) -> Result:
+def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | None, kernel: str, runner: str) -> Result:
     """One mode's record on one prompt, from its runs: the median time, and whether (and where) its
     output departs from the plain decoding it is judged against."""
     reference = runs[OWN_PLAIN.get(mode, "plain")][0]
@@ -256,6 +273,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
         acceptance_rate=first["acceptance_rate"], target_passes=first["target_passes"], mean_k=first["mean_k"],
         runs_s=seconds, draft_variant=variant,
         target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
+        runner=runner if split_mode(mode)[0] in OUR_MODES else None,
     )
     if mode == "plain_int4":
         d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
@@ -276,14 +294,7 @@ def kernel_summary(plan: Plan, results: list[Result], events: dict, modes: list[
     draft_gb.update({m: resident_gb(pair.draft) for m in modes if m.startswith("hf_assisted")})
     summary = summarize_results(results, events, modes, draft_gb)
     summary["target_memory_gb"] = {"plain": resident_gb(kernel_target(pair, kernel))}
-    summary["faithfulness"] = faithful.summary(results, kernel)
+    summary["faithfulness"] = faithful.summary(results)
     if "plain_int4" in modes:
         summary["target_memory_gb"]["plain_int4"] = resident_gb(target_model(pair, "int4"))
     return summary
-
-
-def set_draft_dtype(pair: ModelPair, name: str | None) -> None:
-    """Cast the draft in place (our stored weights are bf16, so bf16 <-> fp32 loses nothing)."""
-    if name and pair.draft is not None:
-        pair.draft.to(DTYPES[name])
-

@@ -55,6 +55,7 @@ class RunResult:
             "dtype": self.pair.dtype_name,
             "draft_variant": self.draft_variant,
             "target_kernel": self.config.target_kernel,
+            "runner": self.config.runner,
             "draft_memory_gb": self.draft_memory_gb,
             "text": self.text,
             "tokens": [t for e in self.spec_events for t in e.emitted],
@@ -102,6 +103,7 @@ class RunResult:
         m = self.spec
         parts = [
             f"draft {self.draft_variant}" if self.draft_variant else f"drafter {self.config.drafter}",
+            f"{self.config.runner} runner",
             f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_step:.2f}/pass)",
             f"per-token acceptance alpha {m.alpha:.2f} ({m.accepted_share:.0%} of drafts accepted)",
             f"{m.tokens_per_s:.1f} tok/s",

@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, GenerationConfig
+from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, RUNNERS, GenerationConfig
 from specdec.core.variant_names import needs_w8a8
-from specdec.kernels import w8a8_build
-from specdec.kernels import device_offer
+from specdec.kernels import device_offer, w8a8_build
 from specdec.kernels.variants import default_variant
 from specdec.models.presets import DEFAULT_PAIR, PRESETS
 
@@ -42,6 +41,14 @@ def add_kernel_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
                    help=f"the target as run: {', '.join(device_offer.target_kernels(None).names)} (default: bf16, the target as loaded{more})")
 
 
+def add_runner_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
+    more = "; comma-separated to run our modes once per runner" if several else ""
+    p.add_argument("--runner", default=None,
+                   help=f"how the passes run: {', '.join(RUNNERS)} (eager: transformers as it is; static: a preallocated cache, "
+                        f"fixed shapes, one read from the device per step; compiled: static with its passes captured, CUDA graphs "
+                        f"on a GPU, torch.compile on a CPU). Default: the measured default for this machine{more}")
+
+
 def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain decoding")
     p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
@@ -50,6 +57,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-confidence", type=float, default=0.0, help="stop drafting when the draft's top probability falls below this (0 = off)")
     add_variant_arg(p)
     add_kernel_arg(p)
+    add_runner_arg(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -58,7 +66,9 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None, help="wrap the prompt in the chat template (default: the preset's choice)")
 
 
-def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
+def generation_config(args, draft_variant: str = "bf16", runner: str | None = None) -> GenerationConfig:
+    """The settings the options give. runner: the one to run (default: --runner, else eager; the
+    caller passes runner_names' measured default once the pair is loaded)."""
     for name in (draft_variant, args.target_kernel):
         if needs_w8a8(name):
             w8a8_build.require()  # a machine that cannot run it is told why before anything loads
@@ -66,6 +76,7 @@ def generation_config(args, draft_variant: str = "bf16") -> GenerationConfig:
         max_new_tokens=args.max_new_tokens, k=args.k, k_policy=k_policy_of(args),
         draft_confidence=args.draft_confidence, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, drafter=args.drafter, draft_variant=draft_variant, target_kernel=args.target_kernel,
+        runner=runner or (getattr(args, "runner", None) or "eager").strip(),
     ).validate()
 
 
@@ -89,6 +100,16 @@ def variant_names(args, pair) -> list[str]:
         if needs_w8a8(name):
             w8a8_build.require(pair.device)
     return given or [default_variant(pair.name, pair.device)]
+
+
+def runner_names(args, pair=None) -> list[str]:
+    """--runner as a list (validated), or the measured default for the pair's device (eager before
+    a pair is loaded)."""
+    from specdec.core.config import parse_runner
+    from specdec.kernels.runner_defaults import default_runner
+
+    given = [parse_runner(r.strip()) for r in (getattr(args, "runner", None) or "").split(",") if r.strip()]
+    return list(dict.fromkeys(given)) or [default_runner(pair.device) if pair is not None else "eager"]
 
 
 def kernel_names(args) -> list[str]:
@@ -124,6 +145,7 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
     add_variant_arg(p, several=True)
     add_kernel_arg(p, several=True)
+    add_runner_arg(p, several=True)
     p.add_argument("--draft-dtype", choices=list(DTYPES), help="the draft model's dtype (default: --dtype)")
     p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
     p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")

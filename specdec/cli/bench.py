@@ -10,10 +10,11 @@ import sys
 from specdec.bench import runner
 from specdec.bench.modes import DEFAULT_MODES
 from specdec.bench.report import table
-from specdec.bench.runner import bench, load_prompts, set_draft_dtype
-from specdec.cli.args import add_bench_command_args, kernel_names, load, variant_names
+from specdec.bench.runner import bench, load_prompts
+from specdec.cli.args import add_bench_command_args, kernel_names, load, runner_names, variant_names
 from specdec.core.config import MAX_K
 from specdec.models.bundle_chunks import BundleError
+from specdec.models.pair import DTYPES
 
 
 def run_bench(args) -> int:
@@ -24,11 +25,12 @@ def run_bench(args) -> int:
     if args.repeats < 1 or args.max_new_tokens < 1:
         raise ValueError("repeats and max_new_tokens must be >= 1")
     prompts = load_prompts(args.prompts)
+    kernel_names(args), runner_names(args)  # bad names fail before the models load
     pair = load(args)
     set_draft_dtype(pair, getattr(args, "draft_dtype", None))
     modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    kernels = kernel_names(args)  # bad names fail before the models load
-    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, k=args.k,
+    kernels = kernel_names(args)
+    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, runners=runner_names(args, pair), k=args.k,
                    max_new_tokens=args.max_new_tokens, repeats=args.repeats, schedule=getattr(args, "schedule", "constant"),
                    k_policy=getattr(args, "k_policy", None))
     if args.json:
@@ -36,6 +38,12 @@ def run_bench(args) -> int:
     else:
         print(table(report))
     return 0
+
+
+def set_draft_dtype(pair, name: str | None) -> None:
+    """--draft-dtype: cast the draft in place (our stored weights are bf16, so bf16 <-> fp32 loses nothing)."""
+    if name and pair.draft is not None:
+        pair.draft.to(DTYPES[name])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,11 @@
 """Which draft tokens the target keeps, and the one token it adds. Pure functions on tensors.
 
-Both rules return device tensors (n_accepted, next_token) so the caller can fetch them, together
-with anything else it wants, in a single host sync.
+Every rule returns device tensors (n_accepted, next_token) so the caller can fetch them, together
+with anything else it wants, in a single host read. None of them reads the device itself: indexing
+with a 0-d device tensor would (it becomes an `.item()`), so positions are picked with gather and
+index_select. `speculative_sample` draws its token with torch.multinomial, which checks its input on
+the host; `speculative_sample_race` draws with an exponential race instead and reads nothing (the
+static runner's rule, specdec.core.runners).
 """
 
 from __future__ import annotations
@@ -9,18 +13,23 @@ from __future__ import annotations
 import torch
 
 
-def greedy_accept(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_accept(draft_ids: torch.Tensor, target_logits: torch.Tensor,
+                  n_drafted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep draft tokens while they equal the target's argmax.
 
     draft_ids: (K,), target_logits: (K+1, V) where row i scores the token after draft i-1.
+    n_drafted: a 0-d device tensor when only the first n of the K drafts count (the draft stopped
+    early on the device: specdec.core.runners.static_draft); None: all K.
     Returns n_accepted (scalar, 0..K) and next_token: the target's argmax right after the kept
     prefix (a correction if n < K, a bonus token if n == K).
     """
     k = draft_ids.shape[0]
     target_ids = target_logits.argmax(dim=-1)  # (K+1,)
-    matches = (draft_ids == target_ids[:k]).int()  # (K,)
-    n_accepted = matches.cumprod(dim=0).sum()  # length of the matching prefix
-    return n_accepted, target_ids[n_accepted]
+    matches = draft_ids == target_ids[:k]  # (K,)
+    if n_drafted is not None:
+        matches &= torch.arange(k, device=draft_ids.device) < n_drafted
+    n_accepted = matches.int().cumprod(dim=0).sum()  # length of the matching prefix
+    return n_accepted, target_ids.gather(0, n_accepted.view(1)).squeeze(0)
 
 
 def speculative_sample(
@@ -65,3 +74,43 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     left = (p - q).clamp_min(0.0)  # (V,)
     total = left.sum()
     return torch.where(total > 0, left / total.clamp_min(1e-30), p)
+
+
+def race_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """(N, V) probabilities (unnormalised rows are fine) -> (N,) sampled ids, by an exponential
+    race: argmax over i of p_i / E_i with E_i ~ Exp(1) independent picks i with probability
+    p_i / sum(p) (the first arrival of independent exponential clocks of rates p_i). Unlike
+    torch.multinomial it reads nothing on the host. A zero p_i never wins."""
+    clocks = torch.empty_like(probs, dtype=torch.float32).exponential_(generator=generator)  # (N, V)
+    score = torch.where(probs > 0, probs.float() / clocks.clamp_min(1e-30), -1.0)
+    return score.argmax(dim=-1)
+
+
+def speculative_sample_race(
+    draft_ids: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    generator: torch.Generator | None,
+    n_drafted: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rule of speculative_sample (same arguments, same distribution of the output), with
+    nothing read on the host: the kept prefix by compare and cumulative product, the row at it by
+    index_select, the residual max(0, p - q) by torch.where (inside `residual`), and the token by
+    race_sample. n_drafted: as in greedy_accept (drafts past it count as not drafted: the token
+    after the last counted draft is drawn from p itself, the bonus distribution)."""
+    k, vocab = draft_ids.shape[0], p.shape[-1]
+    if q is None:
+        q = one_hot(draft_ids, vocab, p)
+    p_drafted = p[:k].gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
+    q_drafted = q.gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
+    u = torch.rand(k, generator=generator, device=p.device)
+    kept = u * q_drafted < p_drafted  # u < p/q without dividing by a zero q
+    if n_drafted is not None:
+        counted = torch.arange(k, device=p.device) < n_drafted  # (K,)
+        kept &= counted
+        q = q * counted[:, None]  # past the last counted draft nothing was drafted: q = 0 there
+    n_accepted = kept.int().cumprod(dim=0).sum()
+    q_padded = torch.cat([q, q.new_zeros(1, vocab)])  # (K+1, V): row K zero, the bonus row
+    at = n_accepted.view(1)
+    left = residual(p.index_select(0, at)[0], q_padded.index_select(0, at)[0])  # (V,)
+    return n_accepted, race_sample(left[None], generator).squeeze(0)

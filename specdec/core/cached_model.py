@@ -43,6 +43,14 @@ class CachedModel:
         if ids.numel():
             self.forward(ids, last_only=True)
 
+    def claim(self, owner, positions: int, shapes=()) -> "CachedModel":
+        """This model for a run (the runners' common interface: a static model reserves its cache
+        here, a compiled one captures its shapes); a growing cache needs nothing."""
+        return self
+
+    def release(self, owner) -> None:
+        pass
+
     def crop(self, length: int) -> None:
         """Keep the first `length` positions. (transformers >= 5.24 takes only a negative count:
         crop(-n) drops the last n positions.)"""

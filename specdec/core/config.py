@@ -61,13 +61,19 @@ class GenerationConfig:
             raise ValueError(f"adaptive_k must be true or false, got {self.adaptive_k!r}")
         if self.adaptive_k and self.k_policy == "cost":
             raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
-        if self.runner not in RUNNERS:
-            raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        parse_runner(self.runner)
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         variant_parts(self.draft_variant)  # raises naming draft_variant and the allowed names
         parse_kernel(self.target_kernel)  # raises naming target_kernel and the allowed names
         return self
+
+
+def parse_runner(name) -> str:
+    """A runner's name, checked: ValueError naming the allowed ones otherwise."""
+    if name not in RUNNERS:
+        raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {name!r}")
+    return name
 
 
 def _is_number(value) -> bool:

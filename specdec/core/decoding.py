@@ -8,6 +8,9 @@ Plain decoding is this same loop with nothing drafted: one token per target pass
 How many tokens to draft each step is a K policy's choice (specdec.core.k_policy), made from counts and
 a cost table fixed before the run, never from the clock, so seeded runs are reproducible.
 The loop runs what it is handed (specdec.core.run_parts.RunParts); specdec.engines.assemble builds it.
+The tensors of a step (the models, their caches, the acceptance rule, the one read) are its runner's
+(specdec.core.runners: eager, static or compiled, chosen when the parts were built); the loop itself
+keeps the sequence, the K policy, prompt lookup and the events, the same whatever runs the tensors.
 """
 
 from __future__ import annotations
@@ -15,33 +18,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 
 from specdec.core.acceptance import greedy_accept, speculative_sample
 from specdec.core.config import GenerationConfig
-from specdec.core.drafters import Draft, LookupDrafter, ModelDrafter
+from specdec.core.drafters import Draft, LookupDrafter
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, PLAIN, StepEvent
 from specdec.core.k_policy import Choice, CostK, make_policy
 from specdec.core.run_parts import RunParts
-from specdec.core.sampling import probs_from_logits
+from specdec.core.runners.reading import Checked
 from specdec.core.text import TextTracker
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What one target pass decided, read to the host in the step's one transfer."""
-
-    drafted: list[int]  # (K,) the drafted ids
-    accepted: int  # drafts the rule kept
-    token: int  # the target's own token after them (a correction, or the bonus when all K were kept)
-    p_target: list[float]  # (K,) p of each drafted token under the target
-    p_draft: list[float]  # (K,) q of each drafted token (1.0 where prompt lookup drafted)
-    margins: list[float]  # (K+1,) the target's top-1 minus top-2 logit at each scored position
-    source: str  # who drafted: "model", "lookup", or "" (nothing)
-    draft_s: float
-    verify_s: float
 
 
 class Decoding:
@@ -52,9 +39,8 @@ class Decoding:
                  stop: threading.Event | None = None):
         self.parts, self.config, self.stop = parts, config, stop
         self.generator = torch.Generator(device=parts.device).manual_seed(config.seed)  # seeded once per run
-        self.target = parts.target
         self.costs = parts.costs  # the cost table (cost K policy only), fixed before the run's clock
-        self.model_drafter = ModelDrafter(parts.draft, config, self.generator) if parts.draft is not None else None
+        self.runner = parts.runner(parts, config, self.generator, self.verify)  # the run's tensor side
         # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
         # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
         # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md).
@@ -62,15 +48,22 @@ class Decoding:
         self.lookup = LookupDrafter(config.lookup_ngram, min_ngram) if config.drafter in ("lookup", "auto") else None
         self.seq = list(prompt_ids)  # prompt + emitted tokens
 
+    @property
+    def target(self):
+        """The target as this run runs it (its length, forward and crop: specdec.measure.passcost times it)."""
+        return self.runner.target
+
     def __iter__(self) -> Iterator[StepEvent]:
+        try:
+            yield from self.steps()
+        finally:
+            self.runner.close()  # also when the consumer drops the run between two events
+
+    def steps(self) -> Iterator[StepEvent]:
         config, stop, seq = self.config, self.stop, self.seq
         policy = make_policy(config.policy if config.drafter != "none" else "fixed", config.k, config.k_max, self.costs)
         text = TextTracker(self.parts.tokenizer, seq)
-
-        prefix = torch.tensor(seq[:-1], device=self.parts.device)
-        self.target.prefill(prefix)
-        if self.model_drafter:
-            self.model_drafter.prefill(prefix)
+        self.runner.prefill(seq, config.max_new_tokens)
 
         start = time.perf_counter()
         held_s = 0.0  # time the consumer held the run between events (drawing a page, waiting for "Step")
@@ -97,41 +90,10 @@ class Decoding:
             policy.update(choice, len(event.drafted), event.accepted, checked.source or source)  # counts only, never the clock
 
     def check(self, k: int) -> Checked:
-        """The tensor step: draft up to k tokens, score them in one target pass, apply the
-        acceptance rule, and read all the event needs to the host in one transfer."""
-        config, seq, device = self.config, self.seq, self.parts.device
-        t0 = time.perf_counter()
-        draft = propose(seq, k, self.lookup, self.model_drafter, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()  # only so draft and verify seconds are measured apart
-        t1 = time.perf_counter()
-
-        # One target pass over the last token and the K drafts scores K+1 positions.
-        logits = self.target.forward(torch.cat([torch.tensor(seq[-1:], device=device), draft.ids]), last_only=False)  # (K+1, V)
-        probs = probs_from_logits(logits, config.temperature, config.top_k, config.top_p)  # (K+1, V)
-        n_accepted, next_token = self.verify(draft, logits, probs)
-        n_drafted = draft.ids.shape[0]
-        rows = torch.arange(n_drafted, device=device)
-        p_drafted = probs[rows, draft.ids]  # (K,)
-        q_drafted = draft.q[rows, draft.ids] if draft.q is not None else torch.ones(n_drafted, device=device)
-        top2 = logits.float().topk(2, dim=-1).values  # (K+1, 2)
-        # The one host sync of a step: everything the event needs, in one transfer.
-        fetched = torch.cat([
-            torch.stack([n_accepted, next_token]).double(), draft.ids.double(),
-            p_drafted.double(), q_drafted.double(), (top2[:, 0] - top2[:, 1]).double(),
-        ]).tolist()
-        t2 = time.perf_counter()
-        return Checked(
-            drafted=[int(t) for t in fetched[2 : 2 + n_drafted]],
-            accepted=int(fetched[0]),
-            token=int(fetched[1]),
-            p_target=fetched[2 + n_drafted : 2 + 2 * n_drafted],
-            p_draft=fetched[2 + 2 * n_drafted : 2 + 3 * n_drafted],
-            margins=fetched[2 + 3 * n_drafted :],
-            source=draft.source,
-            draft_s=t1 - t0,
-            verify_s=t2 - t1,
-        )
+        """The tensor step: prompt lookup's ids when it has a match (found on the host), else up to k
+        tokens from the draft model, checked by the runner (specdec.core.runners)."""
+        lookup = self.lookup.propose_ids(self.seq, k) if k > 0 and self.lookup is not None else []
+        return self.runner.check(self.seq, k, lookup)
 
     def commit(self, step: int, checked: Checked, choice: Choice, k: int, total: int, text: TextTracker,
                elapsed: Callable[[], float]) -> StepEvent:
@@ -154,9 +116,7 @@ class Decoding:
         # Roll back: drop what the target rejected from both caches.
         length_before = len(self.seq)
         self.seq.extend(emitted)
-        self.target.crop(len(self.seq) - 1)
-        if self.model_drafter:
-            self.model_drafter.sync(length_before + n)
+        self.runner.keep(length_before, n, len(self.seq))
 
         accepted_text = text.commit(drafted[:n])
         rejected_text = text.pieces(drafted[n:])
@@ -176,9 +136,10 @@ class Decoding:
         )
 
     def verify(self, draft: Draft, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The acceptance rule: (n_accepted, next_token) as device tensors. logits, probs: (K+1, V).
-        A subclass may look on without changing the step (specdec.core.detail records what the step
-        panel shows); a plain run pays one method call for that."""
+        """The acceptance rule of the eager runner (specdec.core.runners.eager calls it):
+        (n_accepted, next_token) as device tensors. logits, probs: (K+1, V). A subclass may look on
+        without changing the step (specdec.core.detail records what the step panel shows); a plain
+        run pays one method call for that. The static runner applies its own rule on the device."""
         if self.config.greedy:
             return greedy_accept(draft.ids, logits)
         return speculative_sample(draft.ids, probs, draft.q, self.generator)
@@ -190,14 +151,3 @@ def drafter_at(seq: list[int], config: GenerationConfig, lookup: LookupDrafter |
     if config.drafter == "lookup" or (lookup is not None and lookup.propose_ids(seq, 1)):
         return "lookup"
     return "model"
-
-
-def propose(seq: list[int], k: int, lookup: LookupDrafter | None, model: ModelDrafter | None, device) -> Draft:
-    """Prompt lookup first (free); the draft model when lookup finds nothing."""
-    if k > 0 and lookup is not None:
-        ids = lookup.propose_ids(seq, k)
-        if ids:
-            return Draft(torch.tensor(ids, device=device), None, "lookup")
-    if k > 0 and model is not None:
-        return model.propose(seq, k)
-    return Draft(torch.empty(0, dtype=torch.long, device=device), None)

@@ -74,6 +74,8 @@ class DetailedDecoding(Decoding):
 
     def __init__(self, *args, top_n: int = TOP_N, **kwargs):
         super().__init__(*args, **kwargs)
+        if not self.runner.looks_on:
+            raise ValueError(f"the step panel records a run of the eager runner, not {self.config.runner!r}")
         self.top_n = top_n
         self.details: list[StepDetail] = []
         self._pending = None  # the last verify's tensors, recorded once its event is out

@@ -1,7 +1,7 @@
 """The parts of a run: what the decoding loop is handed, already built.
 
-Choosing a target kernel, a draft variant and the way F.linear runs, and reading or measuring a
-cost table, all happen above the core (specdec.engines.assemble). The loop only runs what it gets.
+Choosing a target kernel, a draft variant, the way F.linear runs and the runner, and reading or
+measuring a cost table, all happen above the core (specdec.engines.assemble). The loop only runs what it gets.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.core.cached_model import CachedModel
+from specdec.core.runners.capture import CompiledModels
+from specdec.core.runners.eager import EagerRunner
+from specdec.core.runners.static_model import StaticModel
 
 if TYPE_CHECKING:
     from specdec.measure.passcost import PassCosts
@@ -19,9 +22,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunParts:
-    target: CachedModel  # the target as it runs (its kernel chosen), with an empty cache of its own
-    draft: CachedModel | None  # the draft model as it runs (its variant chosen), empty cache; None: no draft model drafts
+    target: CachedModel | StaticModel | CompiledModels  # the target as it runs (its kernel and runner chosen), an empty cache of its own
+    draft: CachedModel | StaticModel | CompiledModels | None  # the draft model as it runs (its variant chosen); None: no draft model drafts
     costs: PassCosts | None  # the cost table the cost K policy reads; None where no cost policy runs
     device: torch.device  # where the run's tensors and its seeded generator live (the pair's device)
     eos_ids: frozenset[int]  # tokens that end the run where they stand
     tokenizer: object  # the pair's tokenizer: decodes the sequence into display text per token
+    runner: type = EagerRunner  # what runs the steps over target and draft (specdec.core.runners.choice.runner_class)

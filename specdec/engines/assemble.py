@@ -5,12 +5,13 @@ The loop itself builds nothing, so it imports nothing above the core."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
-from specdec.core.cached_model import CachedModel
 from specdec.core.config import GenerationConfig
 from specdec.core.decoding import Decoding
 from specdec.core.detail import DetailedDecoding
 from specdec.core.run_parts import RunParts
+from specdec.core.runners.choice import runner_class, runner_model
 from specdec.kernels.cpu_linear import linear_for
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
@@ -42,27 +43,32 @@ def generate(
 
 
 def generate_detailed(pair: ModelPair, prompt: str, config: GenerationConfig, **kwargs) -> DetailedDecoding:
-    """generate, recording a StepDetail per step in the result's `details`."""
+    """generate, recording a StepDetail per step in the result's `details`. It runs eager whatever
+    config.runner says: the recording looks on through the eager runner's verify hook."""
     return generate(pair, prompt, config, decoding=DetailedDecoding, **kwargs)
 
 
 def build_decoding(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, *,
                    stop: threading.Event | None = None, decoding: type[Decoding] | None = None,
                    costs: PassCosts | None = None) -> Decoding:
-    """A run over prompt ids already encoded (the bench encodes its prompts once): its parts, then the loop."""
+    """A run over prompt ids already encoded (the bench encodes its prompts once): its parts, then the loop.
+    A DetailedDecoding runs eager (generate_detailed)."""
+    if decoding is not None and issubclass(decoding, DetailedDecoding):
+        config = replace(config, runner="eager")
     return (decoding or Decoding)(run_parts(pair, config, costs), prompt_ids, config, stop)
 
 
 def run_parts(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None = None) -> RunParts:
     """Everything a run of these settings needs, built (or taken from the pair's store) now, before
-    the run's clock starts. Each model gets a fresh, empty cache: the cache belongs to the run."""
+    the run's clock starts. Each model gets a fresh, empty cache: the cache belongs to the run (a
+    compiled model's is the process's, lent to one run at a time: specdec.core.runners.capture)."""
     target_module = kernel_target(pair, config.target_kernel)  # built once per pair and kernel
-    target = CachedModel(target_module, pair.vocab_size, linear=linear_for(target_module))
+    target = runner_model(config.runner, target_module, pair.vocab_size, linear_for(target_module))
     if config.policy == "cost" and config.drafter != "none" and costs is None:
         costs = costs_for(pair, config, target=target_module)  # read, or measured on this very target
     draft = None
     if config.drafter in ("model", "auto"):
         draft_module = draft_model(pair, config.draft_variant)  # built once per pair and variant
-        draft = CachedModel(draft_module, pair.vocab_size, linear=linear_for(draft_module))
+        draft = runner_model(config.runner, draft_module, pair.vocab_size, linear_for(draft_module))
     return RunParts(target=target, draft=draft, costs=costs, device=pair.device, eos_ids=pair.eos_ids,
-                    tokenizer=pair.tokenizer)
+                    tokenizer=pair.tokenizer, runner=runner_class(config.runner))

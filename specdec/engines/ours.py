@@ -49,8 +49,9 @@ class OurSource:
 
     def forced_predictions(self, prompt_ids: list[int], reference: list[int]) -> list[int]:
         """The target's top-1 next token (on this source's target kernel) after the prompt and each
-        prefix of `reference`, from one pass (specdec.measure.faithfulness)."""
-        return forced_predictions(run_parts(self.pair, plain_config(self.config)).target, prompt_ids, reference)
+        prefix of `reference`, from one pass of the eager runner (specdec.measure.faithfulness)."""
+        parts = run_parts(self.pair, replace(plain_config(self.config), runner="eager"))
+        return forced_predictions(parts.target, prompt_ids, reference)
 
     def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
         """StepSource: a run of prompt ids already templated (the prefill happens in the first step)."""

@@ -1,6 +1,8 @@
 """The cost table: what one target pass over 1, 2, 3, 4, 6, 8, 12, 16 tokens and one one-token
-draft pass cost on this machine, for one (pair, target kernel, draft variant, dtype). The cost
-K policy (specdec.core.k_policy) chooses K from it.
+draft pass cost on this machine, for one (pair, target kernel, draft variant, dtype, runner). The
+cost K policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass costs (the
+static runner pads a check to its fixed shapes: specdec.core.runners.shapes), so each runner has
+its own table.
 
 Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and
 cached as JSON under `<cache root>/costs/<machine>/`, where <machine> names what decides the
@@ -55,20 +57,20 @@ def machine_folder(info: dict) -> str:
     return f"{slug}-{digest}"
 
 
-def table_path(pair_name: str, kernel: str, draft_variant: str, dtype: str, device: torch.device) -> Path:
+def table_path(pair_name: str, kernel: str, draft_variant: str, dtype: str, device: torch.device, runner: str = "eager") -> Path:
     pair_slug = re.sub(r"[^A-Za-z0-9.-]+", "_", pair_name)
-    return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.{kernel}.{draft_variant}.{dtype}.json"
+    return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.{kernel}.{draft_variant}.{dtype}.{runner}.json"
 
 
-def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf16", refresh: bool = False,
-            repeats: int = REPEATS, progress: bool = False) -> PassCosts:
-    """The cost table for this pair, target kernel, draft variant and the pair's dtype: from this
-    process, else from the cache on disk, else (or with refresh) measured and written there.
+def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf16", runner: str = "eager",
+            refresh: bool = False, repeats: int = REPEATS, progress: bool = False) -> PassCosts:
+    """The cost table for this pair, target kernel, draft variant, runner and the pair's dtype: from
+    this process, else from the cache on disk, else (or with refresh) measured and written there.
 
     target: the target module as the kernel runs it, or a callable that returns it (called only
     when measuring); None: the pair's own target. The draft is the draft variant as run
     (specdec.kernels.variants). progress: a progress bar on stderr while measuring."""
-    path = table_path(pair.name, kernel, draft_variant, pair.dtype_name, pair.device)
+    path = table_path(pair.name, kernel, draft_variant, pair.dtype_name, pair.device, runner)
     if not refresh:
         if path in _tables:
             return _tables[path]
@@ -93,22 +95,23 @@ def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf
         from tqdm import tqdm
 
         bar = tqdm(total=passes_to_time(SIZES, repeats, draft is not None), unit="pass",
-                   desc=f"pass costs of {pair.name} ({kernel} target, {draft_variant} draft)")
+                   desc=f"pass costs of {pair.name} ({kernel} target, {draft_variant} draft, {runner} runner)")
     try:
-        costs = measure_models(module, draft, pair.vocab_size, context, SIZES, repeats, tick=bar.update if bar else None)
+        costs = measure_models(module, draft, pair.vocab_size, context, SIZES, repeats, tick=bar.update if bar else None,
+                               runner=runner)
     finally:
         if bar is not None:
             bar.close()
-    write(path, costs, {"pair": pair.name, "target_kernel": kernel, "draft_variant": draft_variant, "dtype": pair.dtype_name},
-          machine(pair.device))
+    write(path, costs, {"pair": pair.name, "target_kernel": kernel, "draft_variant": draft_variant, "dtype": pair.dtype_name,
+                        "runner": runner}, machine(pair.device))
     _tables[path] = costs
     return costs
 
 
 def costs_for(pair, config, target=None, progress: bool = False) -> PassCosts:
-    """The cost table a run with these settings needs (its target kernel and draft variant)."""
+    """The cost table a run with these settings needs (its target kernel, draft variant and runner)."""
     return measure(pair, kernel=getattr(config, "target_kernel", "bf16"), target=target,
-                   draft_variant=config.draft_variant, progress=progress)
+                   draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress)
 
 
 def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:

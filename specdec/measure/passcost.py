@@ -4,18 +4,21 @@ one draft pass. Speculative decoding pays where checking K+1 tokens costs about 
 
 Timing: the same prefilled cache for every pass (each pass is cropped off again), sizes
 interleaved over the repeats so that load from other processes spreads over all of them, the
-median per size.
+median per size. The passes run as a run's runner runs them (specdec.core.runners: eager, static,
+compiled), so a cost table is its runner's.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.choice import runner_model
+from specdec.core.runners.shapes import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -58,7 +61,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_passes(model: CachedModel, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
+def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
     """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes;
     the cache is cropped back after each pass. ids: at least max(sizes) tokens. tick(): called
     after each timed pass (a progress bar)."""
@@ -83,25 +86,38 @@ def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
     return repeats * (len(sizes) + (1 if with_draft else 0))
 
 
-def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None) -> PassCosts:
+def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None,
+                   runner: str = "eager") -> PassCosts:
     """Time passes of these target and draft modules (draft may be None) after a cache filled with
-    (the end of) context_ids: the target over each size, the draft over one token."""
+    (the end of) context_ids: the target over each size, the draft over one token, both run by
+    `runner` (a compiled runner's shapes are captured first, outside the timing)."""
     if not context_ids:
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])
     feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]  # any real tokens do: cost does not depend on which
-    target_lm = CachedModel(target, vocab_size, linear=linear_for(target))  # as a run would run it
-    prefix = torch.tensor(context, device=target_lm.device)
-    target_lm.prefill(prefix)
-    time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
-    target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
+    with prefilled(runner, target, vocab_size, context, max(sizes), [(n, False) for n in sizes]) as target_lm:
+        time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
+        target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
     draft_s = None
     if draft is not None:
-        draft_lm = CachedModel(draft, vocab_size, linear=linear_for(draft))
-        draft_lm.prefill(prefix.to(draft_lm.device))
-        time_passes(draft_lm, feed, (1,), 1, last_only=True)
-        (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only
+        with prefilled(runner, draft, vocab_size, context, 1, DRAFT_SHAPES[:1]) as draft_lm:
+            time_passes(draft_lm, feed, (1,), 1, last_only=True)
+            (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only
     return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats)
+
+
+@contextmanager
+def prefilled(runner: str, module, vocab_size: int, context: list[int], room: int, shapes):
+    """The module as `runner` runs it (as a run would: linear_for's F.linear), its cache filled with
+    `context`; a compiled model is claimed for the timing and given back after."""
+    lm = runner_model(runner, module, vocab_size, linear_for(module))
+    owner = object()
+    lm = lm.claim(owner, len(context) + room, shapes)
+    try:
+        lm.prefill(torch.tensor(context, device=lm.device))
+        yield lm
+    finally:
+        lm.release(owner)
 
 
 def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:

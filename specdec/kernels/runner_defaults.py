@@ -1,0 +1,18 @@
+"""The runner a run gets when none is named: the one measured fastest on this kind of machine.
+
+Measured per kind of machine (specdec.models.machine.machine_kind) with scripts/runner_passes.py and
+`python -m specdec bench --runner eager,static` (docs/benchmarks.md, "Runners"); a kind not listed
+(an AVX2-only CPU, a GPU: not measured yet) keeps eager, transformers as it is.
+"""
+
+from __future__ import annotations
+
+from specdec.models import machine
+
+# AVX-512 BF16: static 0.97x eager per pass, level over whole runs (plain 0.98x and 1.01x in two
+# bench runs): no measured gain to switch for.
+MEASURED_DEFAULTS: dict[str, str] = {"cpu-avx512_bf16": "eager"}
+
+
+def default_runner(device) -> str:
+    return MEASURED_DEFAULTS.get(machine.machine_kind(device), "eager")

@@ -1,0 +1,79 @@
+"""The compiled runner on a CPU: the static runner's fixed-shape passes compiled whole
+(torch.compile, fullgraph=True, static shapes), each once per model and process. It emits the eager
+runner's events (fp32, tiny-random); no pass recompiles while K changes from step to step nor in a
+later run; and a pass that cannot be captured runs static, with one logged line saying why."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import run_checked
+from runner_checks import assert_same_events
+from specdec.core.config import GenerationConfig
+from specdec.core.runners import capture
+from specdec.core.runners.capture import compiled_model
+from specdec.engines.assemble import generate
+from specdec.measure.passcost import PassCosts
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+SLOPED = PassCosts(SIZES, tuple(0.01 * (1 + 0.3 * n) for n in SIZES), 0.003, 200, 3)  # K moves every few steps
+CONFIG = GenerationConfig(k=2, k_policy="cost", k_max=4, max_new_tokens=40)
+
+
+def test_compiled_passes_emit_the_eager_events_and_never_recompile(tiny_pair):
+    eager = run_checked(tiny_pair, PROMPT, CONFIG, costs=SLOPED)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        run = generate(tiny_pair, PROMPT, replace(CONFIG, runner="compiled"), costs=SLOPED)
+        compiled = list(run)
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        # Another prompt (another length), fixed K and the draft's early stop: the same shapes, nothing compiles.
+        again = run_checked(tiny_pair, "for i in range(10):", replace(CONFIG, k_policy="fixed", k=3, draft_confidence=0.5, runner="compiled"))
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    assert_same_events(compiled, eager)
+    ks = [e.k for e in eager]
+    assert len(set(ks)) >= 3 and sum(a != b for a, b in zip(ks, ks[1:])) >= 4  # K moved, and often
+    target = run.runner.target  # the compiled model the run claimed: the smallest cache that holds it
+    assert target in compiled_model(tiny_pair.target, tiny_pair.vocab_size).models.values() and target.kv.capacity == 512
+    assert set(target.captured) == {(1, False), (2, False), (3, False), (4, False), (6, False)}  # checks of K + 1 <= 5
+    assert set(run.runner.draft.captured) == {(1, True), (2, True)}
+    assert all(s > 0 for s in target.capture_s.values()) and run.runner.capture_s >= sum(target.capture_s.values())
+    assert again and target.owner is None  # each run gave the model back
+
+
+@pytest.fixture()
+def fresh_pair():
+    """A tiny pair of its own: its models have no compiled passes yet."""
+    from specdec.models.pair import build_pair
+
+    return build_pair("tiny-random", device="cpu", dtype="fp32")  # built anew (load_pair would return the session's)
+
+
+def test_a_pass_that_cannot_be_captured_runs_static_with_one_line(fresh_pair, monkeypatch, caplog):
+    def refuse(model, tokens, last_only, pool=None):
+        raise RuntimeError("no compiler here\nmore detail")
+
+    monkeypatch.setattr(capture, "compiled_pass", refuse)
+    config = GenerationConfig(k=3, max_new_tokens=24)
+    with caplog.at_level(logging.WARNING, logger="specdec.runners"):
+        compiled = run_checked(fresh_pair, PROMPT, replace(config, runner="compiled"))
+    assert_same_events(compiled, run_checked(fresh_pair, PROMPT, config))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("RuntimeError: no compiler here" in line for line in lines)  # one per model
+    assert not any(m.captured for m in compiled_model(fresh_pair.target, fresh_pair.vocab_size).models.values())
+
+
+def test_a_second_run_while_the_first_holds_the_compiled_model_runs_static(fresh_pair, monkeypatch, caplog):
+    monkeypatch.setattr(capture, "compiled_pass", lambda *args: (_ for _ in ()).throw(RuntimeError("not here")))
+    config = GenerationConfig(k=3, max_new_tokens=16, runner="compiled")
+    first = iter(generate(fresh_pair, PROMPT, config))
+    head = [next(first)]  # the first run holds both models now
+    with caplog.at_level(logging.WARNING, logger="specdec.runners"):
+        second = run_checked(fresh_pair, PROMPT, config)
+    assert any("another run holds the compiled model" in r.getMessage() for r in caplog.records)
+    assert_same_events(head + list(first), second)
+    assert all(m.owner is None for m in compiled_model(fresh_pair.target, fresh_pair.vocab_size).models.values())

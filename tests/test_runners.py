@@ -1,0 +1,157 @@
+"""The static runner (and the compiled one: tests/test_compiled.py) emits exactly the eager runner's
+events in fp32: the same tokens, drafts, acceptances, kinds and texts, and the same p, q and margins
+up to the last bits of differently shaped passes. Also: its caches hold after every step what the
+eager runner's hold, and the step panel stays on the eager runner."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import run_checked, tokens
+from runner_checks import assert_same_events, valid_slots
+from specdec.core.config import GenerationConfig
+from specdec.core.events import EOS_ACCEPTED
+from specdec.core.runners import static_draft
+from specdec.engines.assemble import generate, generate_detailed
+from specdec.measure.passcost import PassCosts
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+# A check that costs more the more it checks and a cheap draft: the cost policy moves K every few steps.
+SLOPED = PassCosts(SIZES, tuple(0.01 * (1 + 0.3 * n) for n in SIZES), 0.003, 200, 3)
+
+
+def both(pair, config, prompt=PROMPT, **kwargs):
+    eager = run_checked(pair, prompt, replace(config, runner="eager"), **kwargs)
+    static = run_checked(pair, prompt, replace(config, runner="static"), **kwargs)
+    return eager, static
+
+
+@pytest.mark.parametrize("config", [
+    GenerationConfig(drafter="none", max_new_tokens=40),
+    GenerationConfig(k=1, max_new_tokens=40),
+    GenerationConfig(k=5, max_new_tokens=40),
+    GenerationConfig(k=4, drafter="lookup", max_new_tokens=40),
+    GenerationConfig(k=4, drafter="auto", max_new_tokens=40),
+    GenerationConfig(k=2, adaptive_k=True, k_max=12, max_new_tokens=40),
+    GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=40),
+], ids=["plain", "k1", "k5", "lookup", "auto", "adaptive", "early-stop"])
+def test_static_emits_the_eager_events(tiny_pair, config):
+    eager, static = both(tiny_pair, config)
+    assert_same_events(static, eager)
+    if config.drafter == "lookup":
+        assert sum(len(e.drafted) for e in eager) > 0  # lookup found matches (tiny-random's text accepts none of them)
+    elif config.drafter != "none":
+        assert sum(e.accepted for e in eager) > 0 and any(e.accepted < len(e.drafted) for e in eager)  # both outcomes occur
+    if config.draft_confidence:
+        assert any(len(e.drafted) < e.k for e in eager)  # the draft really stopped early
+    if config.drafter == "auto":
+        assert {e.drafter for e in eager} == {"model", "lookup"}  # the draft model catches up after lookup's steps
+
+
+@pytest.mark.parametrize("drafter", ["model", "auto"])
+def test_static_emits_the_eager_events_under_the_cost_policy(tiny_pair, drafter):
+    config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter=drafter, draft_confidence=0.4, max_new_tokens=40)
+    eager, static = both(tiny_pair, config, costs=SLOPED)
+    assert_same_events(static, eager)
+    assert len({e.k for e in eager}) >= 3  # K moved
+
+
+@pytest.mark.parametrize("config", [
+    GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=40),
+    GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", draft_confidence=0.4, max_new_tokens=40),
+], ids=["fixed", "cost-auto"])
+def test_the_early_stop_decided_on_the_device_gives_the_eager_events(tiny_pair, monkeypatch, config):
+    """As on a GPU (FREE_READS empty): the draft makes all K passes, the drafts past the stop count
+    as not drafted, and the events are still the eager runner's."""
+    monkeypatch.setattr(static_draft, "FREE_READS", ())
+    eager, static = both(tiny_pair, config, costs=SLOPED)
+    assert_same_events(static, eager)
+    assert any(len(e.drafted) < e.k for e in eager)  # the draft really stopped early
+
+
+def test_static_stops_inside_an_accepted_draft_at_end_of_sequence(tiny_pair):
+    # As in test_parity: a token the target accepted inside a draft, first seen there, becomes EOS.
+    plain = tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=40)))
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=5, max_new_tokens=40, runner="static"))
+    candidates = [e.drafted[i] for e in events for i in range(e.accepted - 1)
+                  if plain.index(e.drafted[i]) == e.total_tokens - len(e.emitted) + i]
+    assert candidates, "no accepted draft token to turn into EOS"
+    pair = replace(tiny_pair, eos_ids=frozenset({candidates[0]}))
+    eager, static = both(pair, GenerationConfig(k=5, max_new_tokens=40))
+    assert_same_events(static, eager)
+    assert static[-1].kind == EOS_ACCEPTED and static[-1].finish == "eos"
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 3, 7])
+def test_static_cuts_a_step_at_max_new_tokens(tiny_pair, max_new_tokens):
+    eager, static = both(tiny_pair, GenerationConfig(k=8, max_new_tokens=max_new_tokens))
+    assert_same_events(static, eager)
+    assert static[-1].finish == "length" and static[-1].total_tokens == max_new_tokens
+
+
+@pytest.mark.parametrize("config, free_reads", [
+    (GenerationConfig(k=4, max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=4, drafter="auto", max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=24), ("cpu",)),
+    (GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=24), ()),
+], ids=["greedy", "auto", "early-stop", "early-stop-on-the-device"])
+def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config, free_reads, monkeypatch):
+    """After every step the valid slots of both static caches (the target: the sequence but its last
+    token; the draft: what it has fed) equal the eager caches' at the same positions."""
+    monkeypatch.setattr(static_draft, "FREE_READS", free_reads)
+    eager = generate(tiny_pair, PROMPT, replace(config, runner="eager"))
+    static = generate(tiny_pair, PROMPT, replace(config, runner="static"))
+    steps = 0
+    for e_event, s_event in zip(eager, static):
+        assert e_event.emitted == s_event.emitted
+        assert static.target.length == eager.target.length == len(static.seq) - 1
+        shared = min(eager.runner.draft.length, static.runner.draft.length)
+        assert static.runner.draft.length - eager.runner.draft.length in (0, 1)  # static may have fed one more
+        for got, want in [(valid_slots(static.target, static.target.length), valid_slots(eager.target, eager.target.length)),
+                          (valid_slots(static.runner.draft, shared), valid_slots(eager.runner.draft, shared))]:
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        steps += 1
+    assert steps > 3
+
+
+def test_the_step_panel_runs_eager_whatever_the_setting(tiny_pair):
+    run = generate_detailed(tiny_pair, PROMPT, GenerationConfig(k=3, max_new_tokens=8, runner="static"))
+    events = list(run)
+    assert run.runner.looks_on and len(run.details) == len(events)
+
+
+def test_a_static_model_feeds_any_number_of_tokens_in_its_fixed_shapes(tiny_pair):
+    """forward() (the cost table's passes, the draft's catch-up after prompt lookup's steps) cuts a
+    feed into pieces of at most the largest shape, each padded: the logits are those of one pass."""
+    from specdec.core.cached_model import CachedModel
+    from specdec.core.runners.shapes import LARGEST
+    from specdec.core.runners.static_model import StaticModel
+
+    ids = torch.tensor(tiny_pair.tokenizer.encode(PROMPT * 3))[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
+    eager, static = CachedModel(tiny_pair.target, tiny_pair.vocab_size), StaticModel(tiny_pair.target, tiny_pair.vocab_size)
+    static.reserve(len(ids))
+    eager.prefill(ids[:5])
+    static.prefill(ids[:5])
+    torch.testing.assert_close(static.forward(ids[5:], last_only=False), eager.forward(ids[5:], last_only=False), atol=1e-4, rtol=1e-4)
+    assert static.length == eager.length == len(ids)
+    static.crop(7)
+    eager.crop(7)
+    torch.testing.assert_close(static.forward(ids[7:10], last_only=True), eager.forward(ids[7:10], last_only=True), atol=1e-4, rtol=1e-4)
+
+
+def test_static_emits_the_eager_events_on_the_embedded_pair():
+    """The real pair in fp32 (skipped where it is not converted): a few steps of each runner agree."""
+    from specdec.models import bundle
+    from specdec.models.pair import load_pair
+    from specdec.models.presets import DEFAULT_PAIR
+
+    if not bundle.is_converted():
+        pytest.skip("embedded pair not converted: python -m specdec prepare")
+    pair = load_pair(DEFAULT_PAIR, dtype="fp32")
+    prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."
+    eager, static = both(pair, GenerationConfig(k=4, max_new_tokens=12), prompt=prompt)
+    assert_same_events(static, eager)
+    assert sum(e.accepted for e in eager) > 0
