@@ -41,21 +41,27 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
     """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
     plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
     timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
-    for plain decoding with an int4 copy of the target (built once per pair, cached on disk). The
+    for plain decoding with an int4 copy of the target (built once per pair, cached on disk), and last
+    ("capture", seconds): what the runner spent capturing passes in this call (0 but for the
+    compiled runner's first call in a process; on ZeroGPU every call is such a call). The
     pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and the
     body needs no other thread: a worker forked from this process has only the thread that runs it."""
     ours = OurSource(shared_store().loaded_pair(pair_name), config)
     decoding = ours.run(prompt)
     for event in decoding:
         yield "spec", event
+    capture_s = decoding.runner.capture_s
     if compare:
-        for event in ours.plain().run(prompt):  # the baseline: nothing drafted
+        plain = ours.plain().run(prompt)  # the baseline: nothing drafted
+        for event in plain:
             yield "plain", event
+        capture_s += plain.runner.capture_s
     else:
         yield "decode_step", one_token_pass_s(decoding)
     if plain_int4:
         for event in plain_int4_run(ours.pair, prompt, config):
             yield "lossy", event
+    yield "capture", capture_s
 
 
 def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:

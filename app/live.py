@@ -177,7 +177,10 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         yield from stream_frames(page, view, stream, stop, server_errors=not s.can.in_process)
         view.finished, view.stopped = True, stop.is_set()
         if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
-            gpu_budget.record(gpu_budget.cost_key(pair.name, s.config), s.config, view.spec, view.plain)
+            key = gpu_budget.cost_key(pair.name, s.config)
+            gpu_budget.record(key, s.config, view.spec, view.plain)
+            if view.capture_s is not None:  # the next call's duration counts the capture this one measured
+                gpu_budget.record_capture(key, view.capture_s)
         yield last_frame(page, values, view)
 
 
@@ -214,8 +217,8 @@ def receive(view: RunView, lane: str, item, throttle: Throttle, server_errors: b
         raise item
     if lane == "done":
         return "done"
-    if lane == "decode_step":
-        view.one_token_pass_s = item
+    if lane in ("decode_step", "capture"):  # figures the panes do not show
+        setattr(view, "one_token_pass_s" if lane == "decode_step" else "capture_s", item)
         return None
     if lane.endswith("_pending"):  # a remote engine's text before its steps are known
         view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)

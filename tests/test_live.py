@@ -55,10 +55,17 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
     threads = []
     real_generate = ours.generate
 
+    class Recording:  # the run as generate gives it (its runner read after the run), each step's thread noted
+        def __init__(self, decoding):
+            self.decoding, self.runner = decoding, decoding.runner
+
+        def __iter__(self):
+            for event in self.decoding:
+                threads.append(threading.get_ident())
+                yield event
+
     def recording_generate(*args, **kwargs):
-        for event in real_generate(*args, **kwargs):
-            threads.append(threading.get_ident())
-            yield event
+        return Recording(real_generate(*args, **kwargs))
 
     monkeypatch.setattr(ours, "generate", recording_generate)
     frames = list(live.live_run(page, settings(page), no_progress))

@@ -69,7 +69,8 @@ def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
     config = GenerationConfig(max_new_tokens=16, k=4)
     events = list(gpu_call.stream_events("tiny-random", "def f(x):", config, True))
     assert asked == [math.ceil(gpu_budget.call_seconds(config, True, gpu_budget.PassCosts()))]
-    assert {which for which, _ in events} == {"spec", "plain"}
+    assert {which for which, _ in events} == {"spec", "plain", "capture"}
+    assert events[-1] == ("capture", 0.0)  # the eager runner captures nothing
     # What crosses to and from a ZeroGPU worker is pickled.
     assert pickle.loads(pickle.dumps(("tiny-random", "def f(x):", config, True)))[2] == config
     assert pickle.loads(pickle.dumps(events)) == events
@@ -95,6 +96,22 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
     frames = contextvars.copy_context().run(as_visitor)
     assert frames[-1][page.status].startswith("tiny-random on cpu")
     assert requests == [visitor] and len(asked) == 1
+
+
+def test_the_capture_a_call_measured_is_counted_in_the_next_calls_duration(tiny_store, fake_spaces):
+    """The runner's capture seconds come back from the GPU call as the last item and replace the
+    estimate for that key: here the static runner, which captures nothing (its estimate is not 0)."""
+    from app.layout import build_layout
+    from app.live import live_run
+
+    _, asked, _ = fake_spaces
+    with gr.Blocks():
+        page = build_layout("tiny-random", pairs=("tiny-random",))
+    config = GenerationConfig(max_new_tokens=16, k=5, runner="static")
+    key = gpu_budget.cost_key("tiny-random", config)
+    assert gpu_budget.costs_for(key).capture_s == gpu_budget.CAPTURE_ESTIMATES["static"] > 0
+    list(live_run(page, page_values(page, max_new=16, runner="static"), progress=lambda *a, **k: None))
+    assert gpu_budget.costs_for(key).capture_s == 0.0 and len(asked) == 1
 
 
 def page_values(page, **changes):

@@ -78,7 +78,7 @@ APP_PROCESS = textwrap.dedent("""
                   page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 16,
                   page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16-v16k",
                   page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(), page.target_kernel: "bf16",
-                  page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
+                  page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
         settings = read_live_settings(page, values, store)
         with store.acquire("tiny-random") as held:
             held.encode_prompt("def f(x):", chat=held.chat, max_new_tokens=16)
@@ -91,8 +91,15 @@ APP_PROCESS = textwrap.dedent("""
                 refused.append(str(err))
         answers.update(seconds=seconds, refused=refused)
 
+    def visitor_said():  # a failure in the worker thread is reported, not lost with the thread
+        try:
+            visitor()
+        except BaseException:
+            import traceback
+            answers["error"] = traceback.format_exc()
+
     answers = {}
-    worker = threading.Thread(target=visitor, name="gradio-worker")
+    worker = threading.Thread(target=visitor_said, name="gradio-worker")
     worker.start()
     worker.join()
     print(json.dumps({
@@ -117,6 +124,7 @@ def test_the_app_starts_under_spaces_patches_without_a_cuda_call(tmp_path):
     assert seen["device"] == "cuda" and seen["param_devices"] == ["cuda:0"]  # placed on "cuda" as ZeroGPU asks
     assert seen["handed_to_spaces"] > 0  # ... and so held by `spaces` for its GPU workers
     assert {"bf16-v16k", "bf16-v32k"} <= set(seen["variants"])  # what the GPU is offered, built at start-up
+    assert "error" not in seen, seen.get("error")
     assert seen["offer"] == ["tiny-random"] and seen["demo"] == "Blocks"
     assert seen["seconds"] > 0
     assert seen["refused"][0].startswith("draft_variant 'int4' is not offered on cuda: int4 weights run on torch's CPU")
@@ -137,7 +145,7 @@ WORKER = textwrap.dedent("""
     runs = [(GenerationConfig(max_new_tokens=12, k=3), True), (GenerationConfig(max_new_tokens=12, drafter="auto"), False)]
 
     def body(config, compare):  # the GPU function's own body (no `spaces` here: the decorator is a no-op)
-        return [(lane, item if lane == "decode_step" else list(item.emitted))
+        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted))
                 for lane, item in gpu_call.stream_events("tiny-random", "def f(x):", config, compare)]
 
     def through_the_torch_thread(config, compare):  # as live_run iterates it in the app's process
@@ -146,7 +154,7 @@ WORKER = textwrap.dedent("""
         items = []
         while not items or items[-1][0] not in ("done", "error"):
             items += stream.take(timeout=5)
-        return [(lane, item if lane == "decode_step" else list(item.emitted)) for lane, item in items[:-1]]
+        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted)) for lane, item in items[:-1]]
 
     parent = [through_the_torch_thread(*run) for run in runs]
     ctx = multiprocessing.get_context("fork")
@@ -175,5 +183,5 @@ def test_the_gpu_function_body_runs_in_a_forked_child():
     assert not seen["alive"] and seen["exitcode"] == 0, "the GPU function's body did not finish in the forked child"
     spec = [[item for lane, item in run if lane == "spec"] for run in seen["child"]]
     assert all(spec) and seen["child"][0] == seen["parent"][0]  # greedy fp32: the same events as in the parent
-    assert [lane for lane, _ in seen["child"][1]][-1] == "decode_step"  # without the comparison, the decode step
+    assert [lane for lane, _ in seen["child"][1]][-2:] == ["decode_step", "capture"]  # without the comparison, the decode step
     assert spec[1] == [item for lane, item in seen["parent"][1] if lane == "spec"]
