@@ -10,6 +10,7 @@ import gradio as gr
 
 from specdec.core.config import RUNNERS
 from specdec.kernels import device_offer
+from specdec.kernels.faithfulness_record import faithfulness_line
 from specdec.kernels.runner_defaults import default_runner
 from specdec.kernels.variants import default_variant
 from specdec.models.pair import pick_device
@@ -91,14 +92,14 @@ def section(page: Page, default_pair: str, pair_note: str = "") -> None:
     with gr.Accordion(summary(defaults), open=False, elem_id="advanced") as page.advanced:
         if pair_note:
             gr.Markdown(f"Model pairs here. {pair_note}", elem_id="pair-offer")
-        controls(page, defaults)
+        controls(page, defaults, default_pair)
     page.advanced_fields = [page.drafter, page.draft_variant, page.target_kernel, page.runner, page.adaptive, page.cost_k,
                             page.top_p, page.top_k, page.seed, page.engine, page.spec_url, page.plain_url,
                             page.plain_int4, page.show_rejected]
     assert len(page.advanced_fields) == len(fields(AdvancedValues))
 
 
-def controls(page: Page, defaults: AdvancedValues) -> None:
+def controls(page: Page, defaults: AdvancedValues, default_pair: str = "") -> None:
     device = pick_device()  # the dropdowns list what runs honestly here, and say why the rest does not
     variants, kernels = device_offer.draft_variants(device), device_offer.target_kernels(device)
     page.drafter = gr.Radio(DRAFTERS, value=defaults.drafter, label="Drafter", elem_id="drafter")
@@ -115,7 +116,8 @@ def controls(page: Page, defaults: AdvancedValues) -> None:
             info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
                  "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel, "
                  "w8a8 = int8 weights and int8 activations per token (a check of several tokens costs about one). "
-                 "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type),
+                 "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type)
+                 + " " + faithfulness_line(default_pair, (*kernels.names, "llamacpp_plain")),
         )
     page.runner = gr.Radio(
         list(RUNNERS), value=defaults.runner, label="Runner", elem_id="runner",

@@ -21,6 +21,7 @@ from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
 from specdec.engines import choice
 from specdec.engines.base import Capabilities, EngineError
+from specdec.kernels.faithfulness_record import faithfulness_note
 from specdec.serving.pairs import shared_store
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
@@ -244,7 +245,8 @@ def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, l
     drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
-                          f"{config.target_kernel}, {config.runner} runner{drafts}",
+                          f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "
+                          f"{config.runner} runner{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
 

@@ -73,3 +73,17 @@ def bench_events(pair, kernel):
     from specdec.engines.assemble import generate
 
     return list(generate(pair, PROMPT, GenerationConfig(max_new_tokens=10, drafter="none", target_kernel=kernel), chat=False))
+
+
+def test_the_page_says_how_faithful_a_kernel_was_measured_to_be(monkeypatch):
+    from specdec.kernels import faithfulness_record as record
+
+    monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64),
+                                             ("pair", "llamacpp_plain"): record.Measured(0.97, 3, 6, 64)})
+    assert record.faithfulness_note("pair", "bf16") == "the dense target itself"
+    assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with bf16 0.984, its greedy text left bf16's "
+                                                        "on 2 of 6 prompts within 64 tokens")
+    assert record.faithfulness_note("other", "w8a8") == "faithfulness to bf16 not measured for this pair"
+    line = record.faithfulness_line("pair", ("bf16", "w8a8", "q4k", "llamacpp_plain"))
+    assert "w8a8 0.984, llamacpp_plain 0.970" in line and "q4k" not in line
+    assert record.faithfulness_line("other", ("w8a8",)) == ""

@@ -1,0 +1,49 @@
+"""How faithful each target kernel was measured to be to the dense target, per model pair: what the
+page's Target kernel dropdown and status line say of each kernel.
+
+The figures come from the bench (`python -m specdec bench --target-kernel bf16,...` with the bench
+prompts; specdec/measure/faithfulness.py says what they mean): the top-1 agreement with the `bf16`
+kernel's greedy output under teacher forcing, and on how many prompts the kernel's own greedy text
+departed from bf16's within the tokens compared. They are recorded here from the run in
+docs/benchmarks.md ("Faithfulness"), like the measured defaults of draft variants; a pair or kernel
+not measured says so rather than borrowing another's figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REFERENCE = "bf16"  # the dense target every kernel is judged against
+
+
+@dataclass(frozen=True)
+class Measured:
+    top1: float  # mean over the prompts of the teacher-forced top-1 agreement with bf16's output
+    departed: int  # prompts on which the kernel's greedy text left bf16's within `tokens`
+    prompts: int  # prompts measured
+    tokens: int  # new tokens compared per prompt
+
+
+# (pair, kernel or engine) -> what the recorded bench run measured (docs/benchmarks.md, "Faithfulness").
+MEASURED: dict[tuple[str, str], Measured] = {}
+
+
+def faithfulness_note(pair_name: str, kernel: str) -> str:
+    """A few words for the status line: how closely `kernel` follows the dense target on this pair."""
+    if kernel == REFERENCE:
+        return "the dense target itself"
+    m = MEASURED.get((pair_name, kernel))
+    if m is None:
+        return "faithfulness to bf16 not measured for this pair"
+    return (f"top-1 agreement with bf16 {m.top1:.3f}, its greedy text left bf16's on {m.departed} of "
+            f"{m.prompts} prompts within {m.tokens} tokens")
+
+
+def faithfulness_line(pair_name: str, names) -> str:
+    """One sentence for the dropdown's help: each measured kernel's (and engine's) agreement on this pair."""
+    measured = [(name, MEASURED[pair_name, name]) for name in names if (pair_name, name) in MEASURED]
+    if not measured:
+        return ""
+    parts = ", ".join(f"{name} {m.top1:.3f}" for name, m in measured)
+    return (f"Measured top-1 agreement with bf16 under teacher forcing on the bench prompts ({pair_name}): {parts} "
+            "(docs/benchmarks.md, Faithfulness).")
