@@ -113,26 +113,42 @@ def test_a_server_that_is_not_llama_server_is_named(url):
 
 
 def serve(stream: list[dict]):
+    """A stand-in llama-server: a streamed request gets `stream`; a request without streaming (the
+    teacher forcing of the bench's faithfulness figures) gets the next id of the streamed run's own
+    output after the prompt's prefix, as a greedy server whose output that is would answer."""
     handler = type("One", (Fake,), {})
+    own_ids = [t for chunk in stream if not chunk["stop"] for t in chunk["tokens"]]
+    handler.streamed_prompt, handler.forced_prompts = None, []
 
     def do_post(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in stream)
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if request["stream"]:
+            handler.streamed_prompt = request["prompt"]
+            body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in stream)
+            kind = "text/event-stream"
+        else:
+            handler.forced_prompts.append(request["prompt"])
+            position = len(request["prompt"]) - len(handler.streamed_prompt)
+            body = json.dumps({"tokens": own_ids[position:position + request["n_predict"]], "stop": True}).encode()
+            kind = "application/json"
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     handler.do_POST = do_post
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.handler = handler
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
 def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkeypatch):
     from specdec.bench import runner as bench
+    from specdec.bench.policies import mode_config
     from specdec.engines import llamacpp
+    from specdec.measure.faithfulness import first_departure
 
     ids = [5, 6, 7, 8, 9, 10]
     spec = serve(chunks([([5], 0, 0), ([6, 7, 8], 3, 2), ([9, 10], 3, 1)]))
@@ -162,6 +178,14 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
     assert "llamacpp_plain" not in report["summary"]["all_identical_to_plain"]
     assert started[:2] == [("plain", 3), ("speculative", 3)] and started.count("stopped") == 2
     assert "speedup vs the engine's own plain" in bench.table(report)
+
+    # The plain server's faithfulness: asked one position at a time along our bf16 plain output.
+    prompt = plain.handler.streamed_prompt
+    reference = bench.run_ours(tiny_pair, prompt, mode_config("plain", 3, 6, "constant"))["ids"]
+    assert plain.handler.forced_prompts == [prompt + reference[:i] for i in range(6)]
+    assert by["llamacpp_plain"]["top1_agree_bf16"] == pytest.approx(sum(a == b for a, b in zip(ids, reference)) / 6)
+    assert by["llamacpp_plain"]["departs_bf16_at"] == first_departure(ids, reference)
+    assert spec.handler.forced_prompts == []  # a drafting lane's output is judged against plain, not forced
     spec.shutdown()
     plain.shutdown()
 
