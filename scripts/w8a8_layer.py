@@ -60,12 +60,12 @@ def kernels(n: int, k: int, copies: int, wanted: list[str]) -> dict:
         out["fbgemm dyn"] = ([_fbgemm(w) for w in dense], lambda x, w: w(x), torch.float32)
     if "_int_mm row" in wanted:
         out["_int_mm row"] = ([(q.q.T.contiguous(), q.scale) for q in int8], lambda x, w: int_mm_row(x, *w), torch.bfloat16)
-    packed = [(*pack(q.q), q.scale) for q in int8]
+    packed = [(pack(q.q), q.scale) for q in int8]
     for path in ("avx512", "avx2"):
         name = f"ours {path}"
         if name in wanted and path in w8a8_build.paths():
             code = PATHS[path]
-            out[name] = (packed, lambda x, w, code=code: torch.ops.specdec.w8a8_linear(x, w[0], w[2], w[1], None, n, code), torch.bfloat16)
+            out[name] = (packed, lambda x, w, code=code: torch.ops.specdec.w8a8_linear(x, w[0], w[1], None, n, code), torch.bfloat16)
     return out
 
 

@@ -40,19 +40,35 @@ def activations(m: int, k: int, dtype: torch.dtype, seed: int = 1) -> torch.Tens
 
 def test_packed_layout_puts_four_columns_of_sixteen_channels_in_each_vector():
     q = torch.randint(-127, 128, (70, 37), dtype=torch.int8)
-    packed, colsum = pack(q)
-    assert packed.shape == (3, 10, 32, 4) and colsum.shape == (96,)
-    assert packed[1, 2, 5, 3] == q[32 + 5, 4 * 2 + 3] and packed[2, 9, 5, 0] == q[69, 36]
-    assert (packed[2, :, 6:] == 0).all() and (packed[:, 9, :, 1:] == 0).all()  # padding beyond N and K
-    assert torch.equal(colsum[:70], q.sum(1, dtype=torch.int32)) and (colsum[70:] == 0).all()
+    packed = pack(q)
+    assert packed.shape == (3, 10, 32, 4) and packed.dtype == torch.int8
+    w = packed ^ torch.tensor(-128, dtype=torch.int8)  # stored as w XOR 0x80 (w + 128 read unsigned)
+    assert w[1, 2, 5, 3] == q[32 + 5, 4 * 2 + 3] and w[2, 9, 5, 0] == q[69, 36]
+    assert (w[2, :, 6:] == 0).all() and (w[:, 9, :, 1:] == 0).all()  # padding beyond N and K: w = 0
+    assert packed.view(torch.uint8)[1, 2, 5, 3] == int(q[37, 11]) + 128
+
+
+def test_activations_get_one_scale_per_block_of_128_columns():
+    from specdec.kernels.w8a8 import BLOCK, quantize_blocks
+
+    x = torch.randn(3, 300)
+    x[1, 5] = 1000.0  # an outlier coarsens its own block only
+    x[2, 128:256] = 0.0  # a zero block: scale 0, q 0
+    qx, sx = quantize_blocks(x)
+    assert BLOCK == 128 and qx.shape == (3, 300) and sx.shape == (3, 3)
+    assert torch.equal(sx[:, 0], x[:, :128].abs().amax(1) / 127) and torch.equal(sx[:, 2], x[:, 256:].abs().amax(1) / 127)
+    assert sx[1, 0] > 100 * sx[1, 1] and sx[2, 1] == 0 and (qx[2, 128:256] == 0).all()
+    assert (qx.abs() <= 127).all() and (qx[1, :128].abs() == 127).sum() == 1
+    assert ((qx[0, 128:256].float() * sx[0, 1] - x[0, 128:256]).abs() <= sx[0, 1] / 2 + 1e-6).all()
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,k", SHAPES[:3])
 def test_kernel_is_the_integer_arithmetic_bit_for_bit(path, dtype, n, k):
-    """y = float(sum qx * qw) * sx * sw + bias, qx quantized per row: the same bits as `reference`,
-    which writes that arithmetic in plain torch (int64 products, the same float expression)."""
+    """y = (sum over blocks of float(sum qx * qw) * sx) * sw + bias, qx quantized per block of 128
+    columns: the same bits as `reference`, which writes that arithmetic in plain torch (int64
+    products, the same float operations in the same order)."""
     for bias in (False, True):
         module, weight, b = layer(n, k, bias=bias, path=path)
         x = activations(9, k, dtype)
@@ -84,21 +100,28 @@ def test_avx512_and_avx2_paths_agree_bit_for_bit(n, k):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_error_against_the_dequantized_weights_is_within_half_an_activation_step(dtype):
-    """Against x @ (qw * sw).T with the float x, the only approximation is rounding x to its row's
-    grid: each |x - qx * sx| <= sx / 2, so |error[m, n]| <= sx[m] / 2 * sum_k |w[n, k]|, plus the
-    epilogue's float rounding (a few ulps of the output, and half a bf16 step for bf16 outputs)."""
+    """Against x @ (qw * sw).T with the float x, the only approximation is rounding x to its block's
+    grid: each |x - qx * sx| <= sx / 2, so |error[m, n]| <= sum_b sx[m, b] / 2 * sum_{k in b} |w[n, k]|,
+    plus the epilogue's float rounding (a few ulps of the output, and half a bf16 step for bf16
+    outputs). With an outlier channel that bound is far below the one a scale per row would give."""
+    from specdec.kernels.w8a8 import BLOCK, quantize_blocks
+
     n, k = 300, 1000
     module, weight, _ = layer(n, k)
     x = activations(6, k, dtype)
+    x[:, 0] = 40.0  # an outlier channel in every row, about 15x the largest of the rest
     dequantized = weight.dequantize()  # (N, K) float32
     want = x.float() @ dequantized.T
     y = module(x).float()
-    sx = x.float().abs().amax(1) / 127
-    bound = sx[:, None] / 2 * dequantized.abs().sum(1)[None, :]
+    _, sx = quantize_blocks(x)  # (M, B)
+    per_block = torch.nn.functional.pad(dequantized.abs(), (0, -k % BLOCK)).reshape(n, -1, BLOCK).sum(2)  # (N, B)
+    bound = sx / 2 @ per_block.T  # (M, N)
     rounding = want.abs() * (2**-8 if dtype == torch.bfloat16 else 1e-6) + 1e-6
     err = (y - want).abs()
     assert (err <= bound + rounding).all()
     assert err.max() > 0.01 * bound.max()  # the bound is met, not vacuous: the activations really are int8
+    row_bound = x.float().abs().amax(1)[:, None] / 127 / 2 * dequantized.abs().sum(1)[None, :]
+    assert (bound < row_bound / 4).all()  # the outlier's coarse grid stays in its own block
 
 
 def test_zero_rows_give_the_bias_and_other_float_dtypes_are_computed_from_fp32():

@@ -16,7 +16,7 @@ speculative and plain decoding on one kernel emit the same tokens (up to reporte
   specdec/q4k.quantize from their dense weights, then the same loading path.
 
 - `w8a8`: every linear layer and the head (apart from the embedding, even where they are tied) with
-  int8 weights per output channel and int8 activations quantized per row on every call, in this
+  int8 weights per output channel and int8 activations quantized per block of each row on every call, in this
   project's own kernel (specdec/kernels/w8a8.py): a row's output does not depend on the other rows
   of its pass, so checking K+1 tokens costs little more than one and stays exact. The embedding
   table is weight-only int8; the rest of the model keeps the pair's dtype. Offered only where the
