@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from specdec.core.cached_model import CachedModel
-from specdec.measure.faithfulness import faithfulness, first_departure, forced_predictions, top1_agreement
+from specdec.measure.faithfulness import (faithfulness, first_departure, forced_predictions, forced_top2, top1_agreement,
+                                         untied_agreement)
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
@@ -22,6 +23,27 @@ def test_top1_agreement():
     assert top1_agreement([], []) is None
     with pytest.raises(ValueError, match="2 predictions for a reference of 3"):
         top1_agreement([1, 2], [1, 2, 3])
+
+
+def test_agreement_where_the_reference_is_not_tied():
+    # positions 1 and 3 are tied in the reference: the flip at 1 does not count, the one at 2 does
+    assert untied_agreement([1, 9, 0, 4], [1, 2, 3, 4], [False, True, False, True]) == 0.5
+    assert untied_agreement([1, 9], [1, 2], [True, True]) is None
+    f = faithfulness([1, 9, 3], [1, 2, 3], [1, 9, 3], tied=[False, True, False])
+    assert f.top1_agreement == pytest.approx(2 / 3) and f.top1_agreement_untied == 1.0 and f.tied == 1
+    assert faithfulness([1], [1], [1]).top1_agreement_untied is None  # ties not known: not judged
+    with pytest.raises(ValueError):
+        untied_agreement([1, 2], [1, 2], [False])
+
+
+def test_forced_top2_gives_the_gap_between_the_best_two_logits(tiny_pair):
+    prompt_ids = tiny_pair.encode_prompt(PROMPT, chat=False, max_new_tokens=4)
+    reference = [5, 6, 7, 8]
+    predicted, margins = forced_top2(CachedModel(tiny_pair.target, tiny_pair.vocab_size), prompt_ids, reference)
+    assert predicted == forced_predictions(CachedModel(tiny_pair.target, tiny_pair.vocab_size), prompt_ids, reference)
+    lm = CachedModel(tiny_pair.target, tiny_pair.vocab_size)
+    top = lm.forward(torch.tensor(prompt_ids + reference[:2]), last_only=True).float().reshape(-1).topk(2).values
+    assert margins[2] == pytest.approx(float(top[0] - top[1]), abs=1e-5) and all(m >= 0 for m in margins)
 
 
 def test_forced_predictions_are_the_greedy_choices_along_a_text(tiny_pair):
@@ -58,6 +80,8 @@ def test_bench_judges_every_plain_run_against_bf16(tiny_pair):
     bf16, q4k = rows["plain", "bf16"], rows["plain", "q4k"]
     assert bf16["departs_bf16_at"] is None and bf16["top1_agree_bf16"] == 1.0  # fp32: the one pass agrees with decoding
     assert 0 <= q4k["top1_agree_bf16"] <= 1
+    assert bf16["top1_agree_bf16_untied"] == 1.0 and bf16["bf16_tied"] == 0  # fp32 on tiny-random: no ties at 1e-3
+    assert q4k["bf16_tied"] == 0 and q4k["top1_agree_bf16_untied"] == q4k["top1_agree_bf16"]
     assert rows["spec", "q4k"]["top1_agree_bf16"] is None  # speculative runs are judged against their own plain run
     # The figures are what the measure says of the two outputs: recompute them here.
     bf16_ids = [t for e in bench_events(tiny_pair, "bf16") for t in e.emitted]
@@ -78,12 +102,12 @@ def bench_events(pair, kernel):
 def test_the_page_says_how_faithful_a_kernel_was_measured_to_be(monkeypatch):
     from specdec.kernels import faithfulness_record as record
 
-    monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64),
+    monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64, 1.0, 6),
                                              ("pair", "llamacpp_plain"): record.Measured(0.97, 3, 6, 64)})
     assert record.faithfulness_note("pair", "bf16") == "the dense target itself"
-    assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with bf16 0.984, its greedy text left bf16's "
-                                                        "on 2 of 6 prompts within 64 tokens")
+    assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with bf16 0.984 (1.000 where bf16 itself is not "
+                                                        "tied), its greedy text left bf16's on 2 of 6 prompts within 64 tokens")
     assert record.faithfulness_note("other", "w8a8") == "faithfulness to bf16 not measured for this pair"
     line = record.faithfulness_line("pair", ("bf16", "w8a8", "q4k", "llamacpp_plain"))
-    assert "w8a8 0.984, llamacpp_plain 0.970" in line and "q4k" not in line
+    assert "w8a8 0.984 (1.000 untied), llamacpp_plain 0.970" in line and "q4k" not in line
     assert record.faithfulness_line("other", ("w8a8",)) == ""

@@ -13,6 +13,7 @@ from dataclasses import replace
 from specdec.bench.policies import mode_config
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.engines.ours import OurSource
+from specdec.measure.compare import TIE_MARGIN, departure, first_difference
 from specdec.measure.faithfulness import faithfulness
 
 REFERENCE_KERNEL = "bf16"  # the dense target as converted from the GGUF: what every kernel is judged against
@@ -29,10 +30,16 @@ def is_plain(mode: str) -> bool:
 
 
 def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kernel: str) -> None:
-    """Fill `departs_bf16_at` and `top1_agree_bf16` of one prompt's plain results (`results`, run on
-    `kernel`); on the reference kernel, keep its plain output as the prompt's reference first."""
+    """Fill `departs_bf16_at`, `top1_agree_bf16` and `top1_agree_bf16_untied` of one prompt's plain
+    results (`results`, run on `kernel`); on the reference kernel, keep its plain output as the
+    prompt's reference first, and the positions where it is tied (its own top-2 logits within the
+    tie margin of the pair's dtype), measured in the same teacher-forced pass as its predictions."""
     if kernel == REFERENCE_KERNEL:
-        plan.references[pid] = runs["plain"][0]["ids"]
+        reference = plan.references[pid] = runs["plain"][0]["ids"]
+        predicted, margins = forcing_source(plan, "plain", kernel).forced_top2(prompt_ids, reference)
+        plan.forced[pid, "plain", kernel] = predicted
+        tie = TIE_MARGIN.get(plan.pair.dtype_name, TIE_MARGIN["fp32"])
+        plan.ties[pid] = [m < tie for m in margins]
     reference = plan.references.get(pid)
     if reference is None:
         return
@@ -43,9 +50,26 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
         if key not in plan.forced:
             source = forcing_source(plan, result.mode, kernel)
             plan.forced[key] = source.forced_predictions(prompt_ids, reference) if source is not None else None
-        predicted = plan.forced[key]
-        figures = faithfulness(runs[result.mode][0]["ids"], reference, predicted)
+        figures = faithfulness(runs[result.mode][0]["ids"], reference, plan.forced[key], plan.ties.get(pid))
         result.departs_bf16_at, result.top1_agree_bf16 = figures.first_departure, figures.top1_agreement
+        result.top1_agree_bf16_untied, result.bf16_tied = figures.top1_agreement_untied, figures.tied
+
+
+def describe_difference(result, first: dict, reference: dict, plain: dict, dtype_name: str) -> None:
+    """Where a run (`first`, its first repeat) leaves the run it is judged against: for the lossy
+    lane, our plain run on the dense target (`plain`), its departure and agreement over 64 tokens;
+    for an exact mode that was not identical to its plain run (`reference`: ours, or a real engine's
+    own), the first difference and whether the target's top-2 margin there makes it a tie."""
+    if result.mode == "plain_int4":
+        d = departure(first["events"], plain["events"], dtype_name)
+        result.first_difference = None if d.difference is None else {
+            "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
+            "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
+        result.agree_first_64 = d.agree
+    elif result.identical_to_plain is False and "events" in first:
+        d = first_difference(first["events"], reference["events"], dtype_name)
+        result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
+                                   "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
 
 
 def forcing_source(plan, mode: str, kernel: str):
@@ -59,12 +83,16 @@ def forcing_source(plan, mode: str, kernel: str):
 
 
 def summary(results: list) -> dict:
-    """mode -> the mean top-1 agreement over prompts and the departure index per prompt, for the plain
-    modes among `results` (one lane's: a real engine's under the lane it ran beside)."""
+    """mode -> the mean top-1 agreement over prompts (over all positions, and over those where bf16 is
+    not tied), the tied positions in all, and the departure index per prompt, for the plain modes
+    among `results` (one lane's: a real engine's under the lane it ran beside)."""
     out = {}
     for mode in [m for m in dict.fromkeys(r.mode for r in results) if is_plain(m)]:
         rows = [r for r in results if r.mode == mode and r.top1_agree_bf16 is not None]
         if rows:
+            untied = [r.top1_agree_bf16_untied for r in rows if r.top1_agree_bf16_untied is not None]
             out[mode] = {"top1_agree_bf16": statistics.fmean(r.top1_agree_bf16 for r in rows),
+                         "top1_agree_bf16_untied": statistics.fmean(untied) if untied else None,
+                         "bf16_tied": sum(r.bf16_tied or 0 for r in rows),
                          "departs_bf16_at": {r.prompt: r.departs_bf16_at for r in rows}}
     return out

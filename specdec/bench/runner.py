@@ -32,7 +32,6 @@ from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
-from specdec.measure.compare import departure, first_difference
 from specdec.measure.cost_table import costs_for
 from specdec.measure.metrics import summarize
 from specdec.models.pair import ModelPair
@@ -59,6 +58,8 @@ class Result:
     runner: str | None = "eager"  # how our passes ran (specdec/core/runners); plain is plain decoding on it (None: not our engine)
     departs_bf16_at: int | None = None  # plain modes: first new token where the output leaves bf16 plain's (None: same, or not judged)
     top1_agree_bf16: float | None = None  # plain modes: top-1 agreement with bf16 plain's output under teacher forcing
+    top1_agree_bf16_untied: float | None = None  # the same where bf16's own top-2 logits are not tied (specdec.measure.faithfulness)
+    bf16_tied: int | None = None  # positions of bf16 plain's output where its own top-2 logits are tied
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -169,7 +170,7 @@ def bench(
     results, summaries = [], {}
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
-                    warmup_tokens, log, references={}, forced={})
+                    warmup_tokens, log, references={}, forced={}, ties={})
         for kernel in kernels:
             release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
             modes_of = {runner: [m for m in modes if (kernel, runner) == lanes[0] or split_mode(m)[0] in OUR_MODES
@@ -209,6 +210,7 @@ class Plan:
     log: Callable[[str], None]
     references: dict  # prompt id -> the bf16 kernel's plain output, what every plain run is judged against (bench.faithful)
     forced: dict  # (prompt id, mode, kernel) -> its top-1 predictions along the reference, measured once for all runners
+    ties: dict  # prompt id -> per position of the reference: whether bf16's own top-2 logits are tied there
 
     def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str, runner: str) -> dict:
         return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
@@ -275,16 +277,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
         target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
         runner=runner if split_mode(mode)[0] in OUR_MODES else None,
     )
-    if mode == "plain_int4":
-        d = departure(first["events"], runs["plain"][0]["events"], pair.dtype_name)
-        result.first_difference = None if d.difference is None else {
-            "index": d.difference.index, "lossy_token": d.difference.spec_token, "exact_token": d.difference.plain_token,
-            "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
-        result.agree_first_64 = d.agree
-    elif result.identical_to_plain is False and "events" in first:  # exact modes: say whether it is a tie
-        d = first_difference(first["events"], reference["events"], pair.dtype_name)
-        result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
-                                   "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
+    faithful.describe_difference(result, first, reference, runs["plain"][0], pair.dtype_name)
     return result
 
 

@@ -17,7 +17,7 @@ from specdec.core.detail import DetailedDecoding
 from specdec.core.events import StepEvent
 from specdec.engines.assemble import build_decoding, generate, run_parts
 from specdec.engines.base import SPECDEC, Capabilities
-from specdec.measure.faithfulness import forced_predictions
+from specdec.measure.faithfulness import forced_top2
 
 CAPABILITIES = Capabilities(in_process=True, follows_settings=True, steps_through=True, sweeps_k=True, reports_p_q=True,
                             lossy_lane=True, own_cost_table=False, starts_embedded=False, side_by_side=True,
@@ -50,8 +50,12 @@ class OurSource:
     def forced_predictions(self, prompt_ids: list[int], reference: list[int]) -> list[int]:
         """The target's top-1 next token (on this source's target kernel) after the prompt and each
         prefix of `reference`, from one pass of the eager runner (specdec.measure.faithfulness)."""
+        return self.forced_top2(prompt_ids, reference)[0]
+
+    def forced_top2(self, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
+        """forced_predictions, and the gap between the target's best two logits at each position."""
         parts = run_parts(self.pair, replace(plain_config(self.config), runner="eager"))
-        return forced_predictions(parts.target, prompt_ids, reference)
+        return forced_top2(parts.target, prompt_ids, reference)
 
     def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
         """StepSource: a run of prompt ids already templated (the prefill happens in the first step)."""

@@ -3,8 +3,9 @@ page's Target kernel dropdown and status line say of each kernel.
 
 The figures come from the bench (`python -m specdec bench --target-kernel bf16,...` with the bench
 prompts; specdec/measure/faithfulness.py says what they mean): the top-1 agreement with the `bf16`
-kernel's greedy output under teacher forcing, and on how many prompts the kernel's own greedy text
-departed from bf16's within the tokens compared. They are recorded here from the run in
+kernel's greedy output under teacher forcing, over every position and over the positions where bf16's
+own best two logits are not tied, and on how many prompts the kernel's own greedy text departed from
+bf16's within the tokens compared. They are recorded here from the run in
 docs/benchmarks.md ("Faithfulness"), like the measured defaults of draft variants; a pair or kernel
 not measured says so rather than borrowing another's figures.
 """
@@ -22,6 +23,8 @@ class Measured:
     departed: int  # prompts on which the kernel's greedy text left bf16's within `tokens`
     prompts: int  # prompts measured
     tokens: int  # new tokens compared per prompt
+    top1_untied: float | None = None  # the same agreement where bf16's own top-2 logits are not tied
+    tied: int | None = None  # positions, over all prompts, where they are
 
 
 # (pair, kernel or engine) -> what the recorded bench run measured (docs/benchmarks.md, "Faithfulness").
@@ -35,7 +38,8 @@ def faithfulness_note(pair_name: str, kernel: str) -> str:
     m = MEASURED.get((pair_name, kernel))
     if m is None:
         return "faithfulness to bf16 not measured for this pair"
-    return (f"top-1 agreement with bf16 {m.top1:.3f}, its greedy text left bf16's on {m.departed} of "
+    untied = "" if m.top1_untied is None else f" ({m.top1_untied:.3f} where bf16 itself is not tied)"
+    return (f"top-1 agreement with bf16 {m.top1:.3f}{untied}, its greedy text left bf16's on {m.departed} of "
             f"{m.prompts} prompts within {m.tokens} tokens")
 
 
@@ -44,6 +48,7 @@ def faithfulness_line(pair_name: str, names) -> str:
     measured = [(name, MEASURED[pair_name, name]) for name in names if (pair_name, name) in MEASURED]
     if not measured:
         return ""
-    parts = ", ".join(f"{name} {m.top1:.3f}" for name, m in measured)
+    parts = ", ".join(f"{name} {m.top1:.3f}" + ("" if m.top1_untied is None else f" ({m.top1_untied:.3f} untied)")
+                      for name, m in measured)
     return (f"Measured top-1 agreement with bf16 under teacher forcing on the bench prompts ({pair_name}): {parts} "
             "(docs/benchmarks.md, Faithfulness).")
