@@ -115,7 +115,7 @@ def controls(page: Page, defaults: AdvancedValues, default_pair: str = "") -> No
             list(kernels.names), value=defaults.target_kernel, label="Target kernel", elem_id="target-kernel",
             info="how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
                  "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel, "
-                 "w8a8 = int8 weights and int8 activations per token (a check of several tokens costs about one). "
+                 "w8a8 = int8 weights and int8 activations, one scale per 128 values of each token (a check of several tokens costs about one). "
                  "Plain decoding beside it runs the same kernel. " + kernels.explain(device.type)
                  + " " + faithfulness_line(default_pair, (*kernels.names, "llamacpp_plain")),
         )
