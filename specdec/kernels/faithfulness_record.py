@@ -27,15 +27,17 @@ class Measured:
     tied: int | None = None  # positions, over all prompts, where they are
 
 
-# (pair, kernel or engine) -> what the recorded bench run measured (docs/benchmarks.md, "One run: bf16,
-# q4k and w8a8 beside llama.cpp"): AVX-512 BF16 machine, the pair in bf16, six bench prompts, 64 tokens;
-# bf16's own top-2 logits were tied (within 0.5) at 17 of the 384 positions.
+# What the recorded bench run measured, one row per (pair, kernel or real engine's plain mode)
+# (docs/benchmarks.md, "One run: bf16, q4k and w8a8 beside llama.cpp"): AVX-512 BF16 machine, the pair
+# in bf16, six bench prompts, 64 tokens; bf16's own top-2 logits were tied (within 0.5) at 17 of the
+# 384 positions.
 _PAIR = "qwen2.5-coder-1.5b/0.5b"
-MEASURED: dict[tuple[str, str], Measured] = {
-    (_PAIR, "q4k"): Measured(top1=1.000, departed=1, prompts=6, tokens=64, top1_untied=1.000, tied=17),
-    (_PAIR, "w8a8"): Measured(top1=0.992, departed=2, prompts=6, tokens=64, top1_untied=1.000, tied=17),
-    (_PAIR, "llamacpp_plain"): Measured(top1=1.000, departed=0, prompts=6, tokens=64, top1_untied=1.000, tied=17),
-}
+RECORDED: tuple[tuple[str, str, Measured], ...] = (
+    (_PAIR, "q4k", Measured(top1=1.000, departed=1, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
+    (_PAIR, "w8a8", Measured(top1=0.992, departed=2, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
+    (_PAIR, "llamacpp_plain", Measured(top1=1.000, departed=0, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
+)
+MEASURED: dict[tuple[str, str], Measured] = {(pair, name): m for pair, name, m in RECORDED}
 
 
 def faithfulness_note(pair_name: str, kernel: str) -> str:
