@@ -114,6 +114,14 @@ def test_a_server_that_exits_names_its_code_and_log():
     assert not server.running
 
 
+def test_a_server_that_crashes_names_the_signal():
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    server = ServerProcess("crashing server", [sys.executable, "-c", crash], free_port(), timeout_s=20)
+    with pytest.raises(EngineError, match=r"crashing server was killed by SIGSEGV while starting; see log"):
+        server.start()
+    assert not server.running
+
+
 def test_a_server_that_never_answers_times_out_and_is_stopped():
     server = ServerProcess("silent", [sys.executable, "-c", "import time; time.sleep(60)"], free_port(), timeout_s=1.5)
     with pytest.raises(EngineError, match=r"silent did not become healthy in 2 s \(.*\); see log"):

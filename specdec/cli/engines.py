@@ -42,7 +42,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from specdec.engines.llamacpp_build import SDIST, SDIST_VERSION, build_folder, cpu_key, is_built, missing_tools
+    from specdec.engines.llamacpp_build import SDIST, SDIST_VERSION, build_folder, build_key, is_built, missing_tools
 
     from specdec.engines.llamacpp_build import OWN_BINARY, own_binary
 
@@ -50,7 +50,7 @@ def cmd_status(args) -> int:
         print(f"using {own_binary()} (from ${OWN_BINARY}); nothing is built")
         return 0
     folder = build_folder()
-    print(f"llama.cpp from the {SDIST} {SDIST_VERSION} sdist, for CPU key {cpu_key()}")
+    print(f"llama.cpp from the {SDIST} {SDIST_VERSION} sdist, build key {build_key()} (this CPU and the cmake flags)")
     if is_built():
         print(f"built: {folder / 'bin' / 'llama-server'} (licence: {folder / 'LICENSE'})")
     else:

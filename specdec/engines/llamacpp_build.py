@@ -3,8 +3,9 @@ llama-cpp-python sdist on PyPI (llama.cpp and llama-cpp-python are both MIT lice
 the binary with llama.cpp's LICENSE beside it.
 
 GGML_NATIVE compiles for the CPU it runs on (AVX2, AVX-512, ...), so the cache folder is keyed on
-the CPU's feature flags: a build for one kind of machine is never reused on another. An
-interrupted build resumes where it stopped (cmake keeps its build tree until the binary is in place).
+the CPU's feature flags and the build's cmake flags: a build for one kind of machine, or made with
+other flags, is never reused. An interrupted build resumes where it stopped (cmake keeps its build
+tree until the binary is in place).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ CMAKE_FLAGS = (
     "-DGGML_NATIVE=ON",  # this CPU's instructions: hence the cache key below
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary to keep; the build tree is removed afterwards
 )
+# GGML_NATIVE compiles ggml's AMX path in on a CPU with AMX (Intel Sapphire Rapids and later). On such a
+# machine here that path crashed llama-server at its first matrix product (SIGSEGV at `ldtilecfg` in
+# ggml_backend_amx_mul_mat), although AMX instructions ran there outside ggml; without it ggml uses its
+# AVX-512 kernels, as on a CPU without AMX. Compiler flags, so only where x86 compilers know them.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 JOBS = 2  # compile jobs: the machines this project runs on have 2 cores
 OWN_BINARY = "SPECDEC_LLAMA_SERVER"  # environment variable: a llama-server built elsewhere, used instead of building one
 MARKER = "complete.json"  # written last: a folder without it holds an unfinished build
@@ -49,15 +55,23 @@ class BuildUnavailable(EngineError):
     """This machine cannot build llama-server (no cmake, no C++ compiler): tests skip on this."""
 
 
-def cpu_key() -> str:
-    """A short hash of this CPU's architecture and feature flags (the flags GGML_NATIVE builds for)."""
+def cmake_flags() -> tuple[str, ...]:
+    """The cmake flags of a build on this machine."""
+    if platform.machine() in ("x86_64", "AMD64"):
+        return CMAKE_FLAGS + (f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}")
+    return CMAKE_FLAGS
+
+
+def build_key() -> str:
+    """A short hash of this CPU's architecture and feature flags (what GGML_NATIVE builds for) and of
+    the cmake flags."""
     flags = machine.cpu_flags() if machine.cpuinfo() is not None else platform.processor().split()
-    text = platform.machine() + " " + " ".join(sorted(flags))
+    text = platform.machine() + " " + " ".join(sorted(flags)) + " | " + " ".join(cmake_flags())
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def build_folder() -> Path:
-    return cache_root() / "engines" / f"llama.cpp-{SDIST_VERSION}-{cpu_key()}"
+    return cache_root() / "engines" / f"llama.cpp-{SDIST_VERSION}-{build_key()}"
 
 
 def server_binary() -> Path:
@@ -91,7 +105,7 @@ def missing_tools() -> list[str]:
 
 
 def build(quiet: bool = False) -> Path:
-    """Build llama-server unless it is cached; return its path. About 8 minutes on 2 cores."""
+    """Build llama-server unless it is cached; return its path. 4 to 8 minutes on 2 cores."""
     if own_binary() is not None:
         return own_binary()
     if is_built():
@@ -105,7 +119,7 @@ def build(quiet: bool = False) -> Path:
     build_dir = folder / "build"
     log_path = folder / "build.log"
     with open(log_path, "a") as log:
-        _run(["cmake", "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], log, log_path, "configuring")
+        _run(["cmake", "-S", str(source), "-B", str(build_dir), *cmake_flags()], log, log_path, "configuring")
         _compile(build_dir, log, log_path, quiet)
     built = build_dir / "bin" / "llama-server"
     if not built.is_file():
@@ -115,7 +129,7 @@ def build(quiet: bool = False) -> Path:
     shutil.copy2(source / "LICENSE", folder / "LICENSE")  # llama.cpp's MIT licence travels with its binary
     (folder / MARKER).write_text(json.dumps({
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": f"{SDIST}=={SDIST_VERSION} ({VENDORED})",
-        "cmake_flags": list(CMAKE_FLAGS), "cpu_key": cpu_key(), "machine": platform.machine(),
+        "cmake_flags": list(cmake_flags()), "build_key": build_key(), "machine": platform.machine(),
     }, indent=1))
     shutil.rmtree(build_dir, ignore_errors=True)  # hundreds of MB of objects, not needed once the binary is kept
     shutil.rmtree(folder / "src", ignore_errors=True)

@@ -38,6 +38,16 @@ def log_folder() -> Path:
     return folder
 
 
+def how_it_ended(code: int) -> str:
+    """A process's return code in words: a negative one is the signal that killed it (-11: a crash)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
 class ServerProcess:
     """One server subprocess: `with ServerProcess(...) as server: server.url ...`.
 
@@ -86,7 +96,7 @@ class ServerProcess:
             waited = time.monotonic() - start
             code = self.process.poll()
             if code is not None:
-                raise EngineError(f"{self.name} exited with code {code} while starting; see log {self.log_path}")
+                raise EngineError(f"{self.name} {how_it_ended(code)} while starting; see log {self.log_path}")
             if waited > self.timeout_s:
                 raise EngineError(f"{self.name} did not become healthy in {self.timeout_s:.0f} s ({last}); see log {self.log_path}")
             try:
