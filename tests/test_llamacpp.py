@@ -1,6 +1,6 @@
 """llama.cpp's llama-server on the embedded pair, started by the tests (one server at a time):
 the steps recovered from its live stream add up to the server's own totals, greedy text with
-speculation equals its plain text, the events keep the contract, and a lane pointed at the wrong
+speculation equals its plain text up to a near-tie, the events keep the contract, and a lane pointed at the wrong
 kind of server says so in one line. Skipped, with the reason, only where llama-server cannot be
 built (no cmake or C++ compiler) or the embedded pair is not installed."""
 
@@ -18,6 +18,10 @@ PROMPTS = ("Write a Python function that returns the sum of the squares of a lis
 MAX_NEW_TOKENS = 40
 K = 4
 FORCED = 12  # positions of teacher forcing checked (one request each)
+# llama.cpp checks a draft's K+1 tokens with ggml's batched kernels, whose sums round differently from
+# its one-token path, so where its two best tokens are this close (log-probability gap, nats) the
+# speculative text may take the other one: seen at a gap of 0.033 on an Intel Xeon, never on AMD EPYC.
+NEAR_TIE = 0.1
 # An answer with emoji and CJK characters: tokens that end half a UTF-8 character, which
 # llama-server sends no chunk for (their ids are recovered: specdec/engines/held_tokens.py).
 WIDE_PROMPT = "Repeat this line exactly, and write nothing else: 🎉🚀 你好，世界！龘 🦙 done"
@@ -55,10 +59,27 @@ def llamacpp():
             if lane == PLAIN_LANE:  # teacher forcing along its own greedy output (the bench's faithfulness)
                 own = [t for e in out[lane][0][0] for t in e.emitted][:FORCED]
                 out["forced"] = (own, source.forced_predictions(prompt_ids[0], own))
+                out["departures"] = _departures(source, prompt_ids, out[SPECULATIVE], out[lane])
             wrong = LlamaCppSource(server.url, tokenizer, speculative=lane != SPECULATIVE)  # the other lane's role
             with pytest.raises(EngineError) as err:
                 list(wrong.iter_events(prompt_ids[0], MAX_NEW_TOKENS))
             out[f"{lane} as the other lane"] = str(err.value)
+    return out
+
+
+def _departures(plain_source, prompt_ids, spec_runs, plain_runs):
+    """Per prompt, None where the speculative ids equal the plain ids, else (index, speculative token,
+    plain token, the plain server's top-2 there and their log-probability gap)."""
+    out = []
+    for ids, (spec, _), (plain, _) in zip(prompt_ids, spec_runs, plain_runs):
+        spec_ids, plain_ids = ([t for e in run for t in e.emitted] for run in (spec, plain))
+        at = next((i for i, (a, b) in enumerate(zip(spec_ids, plain_ids)) if a != b), None)
+        if at is None:
+            assert len(spec_ids) == len(plain_ids)
+            out.append(None)
+            continue
+        top2, gap = plain_source.top2(list(ids) + plain_ids[:at])
+        out.append((at, spec_ids[at], plain_ids[at], top2, gap))
     return out
 
 
@@ -130,12 +151,16 @@ def test_steps_add_up_to_the_servers_totals(llamacpp, lane):
         assert events[-1].finish == {"eos": "eos", "limit": "length"}[stop], (stop, events[-1])
 
 
-def test_greedy_speculative_text_equals_its_plain_text(llamacpp):
+def test_greedy_speculative_text_equals_its_plain_text_up_to_a_near_tie(llamacpp):
     tokenizer = llamacpp["tokenizer"]
-    for (spec, _), (plain, _) in zip(llamacpp["speculative"], llamacpp["plain"]):
+    for (spec, _), departure in zip(llamacpp["speculative"], llamacpp["departures"]):
+        if departure is not None:  # the two texts part only where the plain server's best two are nearly level
+            at, spec_token, plain_token, top2, gap = departure
+            assert top2 == [plain_token, spec_token], f"at {at}: the speculative token is not the plain server's second"
+            assert 0 <= gap < NEAR_TIE, f"at {at}: the plain server prefers its token by {gap:.3f} nats"
         spec_ids = [t for e in spec for t in e.emitted]
-        assert spec_ids == [t for e in plain for t in e.emitted]
         assert "".join(p for e in spec for p in e.emitted_text) == tokenizer.decode(spec_ids, skip_special_tokens=True)
+    assert llamacpp["departures"].count(None) >= 1  # a near-tie is rare: most runs stay equal to the end
 
 
 def test_teacher_forcing_along_its_own_output_predicts_that_output(llamacpp):

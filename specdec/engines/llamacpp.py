@@ -242,6 +242,19 @@ class LlamaCppSource:
         path as its own decoding."""
         return [self.continuation(list(prompt_ids) + list(reference[:i]), 1)[0] for i in range(len(reference))]
 
+    def top2(self, prompt_ids: list[int]) -> tuple[list[int], float]:
+        """The server's two most likely next tokens after `prompt_ids` and the gap between their
+        log-probabilities (nats, which is also the gap between their logits), in one request."""
+        answer = post_json(self.engine, self.base_url, "/completion", {
+            "prompt": prompt_ids, "n_predict": 1, "n_probs": 2, "stream": False, "temperature": 0.0,
+            "cache_prompt": True}, self.timeout)
+        try:
+            best = answer["completion_probabilities"][0]["top_logprobs"][:2]
+            return [int(t["id"]) for t in best], float(best[0]["logprob"]) - float(best[1]["logprob"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise EngineError(f"{self.engine} at {self.base_url} listed no top-2 log-probabilities "
+                              f"(got {answer.get('completion_probabilities')!r:.80})") from None
+
     def _check_lane(self, where: str, counters: tuple[int, int], total: int) -> None:
         if not self.speculative and counters[0]:
             raise EngineError(f"{where} drafts (draft_n moved), so it is no plain baseline: start the plain lane's server without -md")
