@@ -1,6 +1,7 @@
 """Per runner (eager, static, compiled): what one pass of the pair's target and draft costs here.
 
     flock /tmp/specdec-bench.lock .venv/bin/python scripts/runner_passes.py --runners eager,static,compiled
+    ... --target-kernel w8a8 --draft-variant w8a8-v32k   (the models as those run them; default bf16, stock)
 
 After a cache of `--context` positions, each runner's models (specdec.core.runners) time the
 target's pass over each of `--sizes` tokens (a decode step is 1; a check of K + 1) and the draft's
@@ -21,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.kernels.target_kernels import kernel_target  # noqa: E402
+from specdec.kernels.variants import draft_model  # noqa: E402
 from specdec.measure.passcost import prefilled, time_passes  # noqa: E402
 from specdec.models.machine import cpu_flags  # noqa: E402
 from specdec.models.pair import load_pair  # noqa: E402
@@ -34,21 +37,25 @@ def main() -> int:
     p.add_argument("--sizes", default="1,6")
     p.add_argument("--context", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--target-kernel", default="bf16")
+    p.add_argument("--draft-variant", default="stock")
     args = p.parse_args()
     runners = args.runners.split(",")
     sizes = [int(n) for n in args.sizes.split(",")]
     pair = load_pair(args.pair, dtype=args.dtype)
     context = [(i * 7919 + 13) % pair.vocab_size for i in range(args.context)]
     feed = context[: max(sizes)]
-    print(f"{pair.name}, {pair.dtype_name}, {pair.device}, context {args.context}, CPU flags "
+    target, draft = kernel_target(pair, args.target_kernel), draft_model(pair, args.draft_variant)
+    print(f"{pair.name}, {pair.dtype_name}, {pair.device}, target {args.target_kernel}, draft {args.draft_variant}, "
+          f"context {args.context}, CPU flags "
           f"{' '.join(f for f in ('avx2', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_bf16') if f in cpu_flags())}")
     times = {}  # (model, runner, size) -> seconds of each round
     with ExitStack() as stack:
         models = {}
         for runner in runners:
             models["target", runner] = stack.enter_context(
-                prefilled(runner, pair.target, pair.vocab_size, context, max(sizes), [(n, False) for n in sizes]))
-            models["draft", runner] = stack.enter_context(prefilled(runner, pair.draft, pair.vocab_size, context, 1, [(1, True)]))
+                prefilled(runner, target, pair.vocab_size, context, max(sizes), [(n, False) for n in sizes]))
+            models["draft", runner] = stack.enter_context(prefilled(runner, draft, pair.vocab_size, context, 1, [(1, True)]))
         for (name, runner), lm in models.items():
             captured = getattr(lm, "capture_s", {})
             if captured:
