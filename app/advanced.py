@@ -124,7 +124,8 @@ def controls(page: Page, defaults: AdvancedValues, default_pair: str = "") -> No
         info="how both models' passes run: eager = transformers as it is, a growing cache; static = a preallocated cache, "
              "a few fixed shapes, one read from the device per step; compiled = static with each shape captured once "
              "(CUDA graphs on a GPU, torch.compile on a CPU: minutes the first time). Same tokens; only speed changes. "
-             "Default: measured fastest here.",
+             "Default: measured fastest here, start-up counted. With the w8a8 kernel, compiled made speculative runs "
+             "1.17x faster once its ~4 minutes of compiling were paid (a 2-core Intel Xeon; docs/benchmarks.md).",
     )
     with gr.Row():
         page.adaptive = gr.Checkbox(defaults.adaptive, label="Adaptive K (+2 after a full accept, -1 otherwise)")
