@@ -160,7 +160,6 @@ def test_greedy_speculative_text_equals_its_plain_text_up_to_a_near_tie(llamacpp
             assert 0 <= gap < NEAR_TIE, f"at {at}: the plain server prefers its token by {gap:.3f} nats"
         spec_ids = [t for e in spec for t in e.emitted]
         assert "".join(p for e in spec for p in e.emitted_text) == tokenizer.decode(spec_ids, skip_special_tokens=True)
-    assert llamacpp["departures"].count(None) >= 1  # a near-tie is rare: most runs stay equal to the end
 
 
 def test_teacher_forcing_along_its_own_output_predicts_that_output(llamacpp):
