@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import tokens
 from specdec.engines.base import EngineError
+from specdec.measure.compare import first_difference
 from specdec.models.prompt import template_prompt
 from specdec.engines.server import free_port
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
@@ -72,14 +74,12 @@ def _departures(plain_source, prompt_ids, spec_runs, plain_runs):
     plain token, the plain server's top-2 there and their log-probability gap)."""
     out = []
     for ids, (spec, _), (plain, _) in zip(prompt_ids, spec_runs, plain_runs):
-        spec_ids, plain_ids = ([t for e in run for t in e.emitted] for run in (spec, plain))
-        at = next((i for i, (a, b) in enumerate(zip(spec_ids, plain_ids)) if a != b), None)
-        if at is None:
-            assert len(spec_ids) == len(plain_ids)
+        d = first_difference(spec, plain)  # a run that ends first differs there too (its token None)
+        if d is None:
             out.append(None)
             continue
-        top2, gap = plain_source.top2(list(ids) + plain_ids[:at])
-        out.append((at, spec_ids[at], plain_ids[at], top2, gap))
+        top2, gap = plain_source.top2(list(ids) + tokens(plain)[: d.index])
+        out.append((d.index, d.spec_token, d.plain_token, top2, gap))
     return out
 
 

@@ -224,12 +224,15 @@ class LlamaCppSource:
             every = self.continuation(list(prompt_ids) + known, cut.received - len(known))
         fill(cut.done, every)
 
+    def _greedy(self, prompt_ids: list[int], n: int, **extra) -> dict:
+        """One greedy request for `n` tokens after `prompt_ids`, without streaming, the prompt cached."""
+        return post_json(self.engine, self.base_url, "/completion", {
+            "prompt": prompt_ids, "n_predict": n, "stream": False, "temperature": 0.0, "cache_prompt": True, **extra},
+            self.timeout)
+
     def continuation(self, prompt_ids: list[int], n: int) -> list[int]:
         """The server's next `n` greedy token ids after `prompt_ids`, in one request without streaming."""
-        answer = post_json(self.engine, self.base_url, "/completion", {
-            "prompt": prompt_ids, "n_predict": n, "stream": False, "return_tokens": True, "temperature": 0.0,
-            "cache_prompt": True}, self.timeout)
-        ids = answer.get("tokens")
+        ids = self._greedy(prompt_ids, n, return_tokens=True).get("tokens")
         if not isinstance(ids, list) or len(ids) != n:
             raise EngineError(f"{self.engine} at {self.base_url} held back {n} token(s) (half a UTF-8 character) and "
                               f"did not list their ids when asked again (got {ids!r:.80})")
@@ -245,9 +248,7 @@ class LlamaCppSource:
     def top2(self, prompt_ids: list[int]) -> tuple[list[int], float]:
         """The server's two most likely next tokens after `prompt_ids` and the gap between their
         log-probabilities (nats, which is also the gap between their logits), in one request."""
-        answer = post_json(self.engine, self.base_url, "/completion", {
-            "prompt": prompt_ids, "n_predict": 1, "n_probs": 2, "stream": False, "temperature": 0.0,
-            "cache_prompt": True}, self.timeout)
+        answer = self._greedy(prompt_ids, 1, n_probs=2)
         try:
             best = answer["completion_probabilities"][0]["top_logprobs"][:2]
             return [int(t["id"]) for t in best], float(best[0]["logprob"]) - float(best[1]["logprob"])

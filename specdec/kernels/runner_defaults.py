@@ -11,7 +11,7 @@ from specdec.models import machine
 
 # AVX-512 BF16: static 0.97x eager per pass, level over whole runs (plain 0.98x and 1.01x in two
 # bench runs): no measured gain to switch for. Compiled on the w8a8 kernel: `best` 1.17x eager, but
-# after minutes of compiling per process (about 24,000 tokens to pay back): eager still.
+# after minutes of compiling per process (24,000 to 33,000 tokens to pay back): eager still.
 MEASURED_DEFAULTS: dict[str, str] = {"cpu-avx512_bf16": "eager"}
 
 
