@@ -68,7 +68,7 @@ def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:
     """ValueError naming the field when the run asks for a variant, kernel or lane this device is not
     offered (specdec.kernels.device_offer: on a GPU, what would re-expand its weights every pass)."""
     device = pick_device()
-    if config.drafter in ("model", "auto"):
+    if config.uses_draft_model:
         device_offer.draft_variants(device).check("draft_variant", config.draft_variant, device.type)
     device_offer.target_kernels(device).check("target_kernel", config.target_kernel, device.type)
     if plain_int4 and (why := device_offer.lossy_lane(device)):

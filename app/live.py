@@ -62,12 +62,13 @@ def read_config(page: Page, values: dict) -> GenerationConfig:
     for name, component, integer in (("k", page.k, True), ("max_new_tokens", page.max_new, True),
                                      ("temperature", page.temperature, False), ("top_p", page.top_p, False)):
         _within(name, values[component], component, integer)
+    adaptive, cost = _flag("adaptive_k", values[page.adaptive]), _flag("k_policy cost", values[page.cost_k])
     return GenerationConfig(
         max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
-        adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
+        k_policy="adaptive" if adaptive else "cost" if cost else "fixed", temperature=values[page.temperature],
         top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
         drafter=values[page.drafter], draft_variant=values[page.draft_variant], target_kernel=values[page.target_kernel],
-        runner=values[page.runner], k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
+        runner=values[page.runner],
     ).validate()
 
 
@@ -242,7 +243,7 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
+    drafts = f", draft variant {config.draft_variant}" if config.uses_draft_model else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
                           f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "

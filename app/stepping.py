@@ -29,7 +29,8 @@ def _key(page, values: dict, config) -> tuple:
 def _start(page, values: dict, session, pair, config) -> None:
     """A new held run with the current settings (ValueError names a bad one)."""
     # On the torch thread: building the run builds its draft variant too (torch_thread says why).
-    decoding = torch_thread.call(OurSource(pair, config, stop=values[page.stop]).run_detailed, values[page.prompt])
+    source = OurSource(pair, config, stop=values[page.stop])
+    decoding = torch_thread.call(lambda: source.run(values[page.prompt], detailed=True))
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
     session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])

@@ -70,7 +70,7 @@ class TheorySession:
             label = f"#{len(self.points) + 1} {engine} K={self.k}"  # a server's own K, as it reported it
             if can.follows_settings:  # the page's drafter, K, policy and kernel
                 drafter = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
-                policy = f" {config.policy}" if config.policy != "fixed" else ""
+                policy = f" {config.k_policy}" if config.k_policy != "fixed" else ""
                 label = f"#{len(self.points) + 1} {drafter} K={config.k}{policy} [{self.kernel}]"
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
             hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_step:.2f} tokens per pass{measured}"

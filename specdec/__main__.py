@@ -44,10 +44,9 @@ def cmd_generate(args) -> int:
     if len(variants) > 1:
         raise ValueError("generate runs one draft variant; --draft-variant takes one name here")
     config = generation_config(args, variants[0], runner_names(args, pair)[0])
-    if config.policy == "cost" and config.drafter != "none":
-        from specdec.measure.cost_table import costs_for
+    from specdec.engines.assemble import prepare
 
-        costs_for(pair, config, progress=True)  # cached, or measured now with a progress bar (the run would measure it silently)
+    prepare(pair, config, progress=True)  # a cost table is cached, or measured now with a progress bar (the run would measure it silently)
     result = compare_runs(pair, args.prompt, config, chat=args.chat, with_plain=args.compare, with_plain_int4=args.plain_int4)
     if args.record:
         from specdec.measure.metrics import FROM_ONE_TOKEN_PASS

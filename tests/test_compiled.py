@@ -16,7 +16,7 @@ from runner_checks import assert_same_events
 from specdec.core.config import GenerationConfig
 from specdec.core.runners import capture
 from specdec.core.runners.capture import compiled_model
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.measure.passcost import PassCosts
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -28,7 +28,7 @@ CONFIG = GenerationConfig(k=2, k_policy="cost", k_max=4, max_new_tokens=40)
 def test_compiled_passes_emit_the_eager_events_and_never_recompile(tiny_pair):
     eager = run_checked(tiny_pair, PROMPT, CONFIG, costs=SLOPED)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        run = generate(tiny_pair, PROMPT, replace(CONFIG, runner="compiled"), costs=SLOPED)
+        run = OurSource(tiny_pair, replace(CONFIG, runner="compiled")).run(PROMPT, costs=SLOPED)
         compiled = list(run)
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         # Another prompt (another length), fixed K and the draft's early stop: the same shapes, nothing compiles.
@@ -38,11 +38,12 @@ def test_compiled_passes_emit_the_eager_events_and_never_recompile(tiny_pair):
     ks = [e.k for e in eager]
     assert len(set(ks)) >= 3 and sum(a != b for a, b in zip(ks, ks[1:])) >= 4  # K moved, and often
     target = run.runner.target  # the compiled model the run claimed: the smallest cache that holds it
-    assert target in compiled_model(tiny_pair.target, tiny_pair.vocab_size).models.values() and target.kv.capacity == 512
+    lender = compiled_model(tiny_pair.target, tiny_pair.vocab_size)
+    assert target in lender.models.values() and target.kv.capacity == 512
     assert set(target.captured) == {(1, False), (2, False), (3, False), (4, False), (6, False)}  # checks of K + 1 <= 5
-    assert set(run.runner.draft.captured) == {(1, True), (2, True)}
+    assert set(run.proposers[-1].lm.captured) == {(1, True), (2, True)}  # the draft model's passes
     assert all(s > 0 for s in target.capture_s.values()) and run.runner.capture_s >= sum(target.capture_s.values())
-    assert again and target.owner is None  # each run gave the model back
+    assert again and not lender.owners  # each run gave the model back
 
 
 @pytest.fixture()
@@ -70,10 +71,10 @@ def test_a_pass_that_cannot_be_captured_runs_static_with_one_line(fresh_pair, mo
 def test_a_second_run_while_the_first_holds_the_compiled_model_runs_static(fresh_pair, monkeypatch, caplog):
     monkeypatch.setattr(capture, "compiled_pass", lambda *args: (_ for _ in ()).throw(RuntimeError("not here")))
     config = GenerationConfig(k=3, max_new_tokens=16, runner="compiled")
-    first = iter(generate(fresh_pair, PROMPT, config))
+    first = iter(OurSource(fresh_pair, config).run(PROMPT))
     head = [next(first)]  # the first run holds both models now
     with caplog.at_level(logging.WARNING, logger="specdec.runners"):
         second = run_checked(fresh_pair, PROMPT, config)
     assert any("another run holds the compiled model" in r.getMessage() for r in caplog.records)
     assert_same_events(head + list(first), second)
-    assert all(m.owner is None for m in compiled_model(fresh_pair.target, fresh_pair.vocab_size).models.values())
+    assert not compiled_model(fresh_pair.target, fresh_pair.vocab_size).owners

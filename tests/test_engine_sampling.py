@@ -8,8 +8,8 @@ bigram table over 8 tokens), run by the engine like any model. Then every emitte
 follow row `previous token` of the target's processed distribution, and one run gives a
 thousand draws in seconds. Each known way to get this wrong (other
 engines have shipped them) is patched in and must fail the same test. Both runners are checked:
-the eager one (torch.multinomial) and the static one (acceptance on the device, draws by an
-exponential race; specdec.core.runners).
+eager (transformers' growing cache) and static (a preallocated cache in fixed shapes): the same
+step, proposer and rule over two kinds of model (specdec.core.runners).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 from scipy.stats import chi2
 
 from conftest import run_checked, tokens
-from specdec.core import drafters
 from specdec.core import sampling
 from specdec.core.acceptance import race_sample, residual, speculative_sample
-from specdec.core.runners import eager, static_draft, static_runner
+from specdec.core.proposers import model as model_proposer
+from specdec.core.runners import runner as runner_step
 from specdec.core.config import GenerationConfig
 from specdec.models.pair import ModelPair
 
@@ -135,7 +135,7 @@ def transition_p_value(pair, target_logits, config) -> float:
 
 
 def test_the_bigram_pair_is_what_it_claims(bigram):
-    from specdec.core.cached_model import CachedModel
+    from specdec.core.runners.eager_model import CachedModel
 
     pair, target = bigram
     lm = CachedModel(pair.target, VOCAB)
@@ -147,11 +147,9 @@ def test_the_bigram_pair_is_what_it_claims(bigram):
 
 RUNNERS = ("eager", "static")
 # Where each runner looks up what the broken variants replace: (the draft's module, the name of its
-# sampler there, the real sampler, the module that computes the target's p).
-PARTS = {
-    "eager": (drafters, "sample", sampling.sample, eager),
-    "static": (static_draft, "race_sample", race_sample, static_runner),
-}
+# sampler there, the real sampler, the module that computes the target's p). Both runners run the
+# same proposer and step: the broken variants reach both through the same names.
+PARTS = {runner: (model_proposer, "race_sample", race_sample, runner_step) for runner in RUNNERS}
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

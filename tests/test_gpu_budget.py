@@ -18,7 +18,7 @@ def test_worst_case_is_every_draft_rejected():
     assert call_seconds(config, True, COSTS) == pytest.approx(10 + 100 * (5 * 0.02 + 0.05) + 100 * 0.04)
     assert call_seconds(config, False, COSTS) == pytest.approx(10 + 100 * 0.15)
     assert call_seconds(GenerationConfig(max_new_tokens=100, drafter="lookup"), False, COSTS) == pytest.approx(10 + 100 * 0.05)
-    adaptive = GenerationConfig(max_new_tokens=100, k=5, adaptive_k=True, k_max=16)
+    adaptive = GenerationConfig(max_new_tokens=100, k=5, k_policy="adaptive", k_max=16)
     assert call_seconds(adaptive, False, COSTS) == pytest.approx(10 + 100 * (16 * 0.02 + 0.05))
 
 

@@ -53,9 +53,9 @@ def no_progress(*args, **kwargs):
 
 def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_thread(page, monkeypatch, tiny_pair):
     threads = []
-    real_generate = ours.generate
+    real_build = ours.build_decoding
 
-    class Recording:  # the run as generate gives it (its runner read after the run), each step's thread noted
+    class Recording:  # the run as build_decoding gives it (its runner read after the run), each step's thread noted
         def __init__(self, decoding):
             self.decoding, self.runner = decoding, decoding.runner
 
@@ -64,10 +64,10 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
                 threads.append(threading.get_ident())
                 yield event
 
-    def recording_generate(*args, **kwargs):
-        return Recording(real_generate(*args, **kwargs))
+    def recording_build(*args, **kwargs):
+        return Recording(real_build(*args, **kwargs))
 
-    monkeypatch.setattr(ours, "generate", recording_generate)
+    monkeypatch.setattr(ours, "build_decoding", recording_build)
     frames = list(live.live_run(page, settings(page), no_progress))
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
@@ -116,6 +116,6 @@ def test_an_engine_error_reaches_the_page(page, monkeypatch):
         yield from ()
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(ours, "generate", failing)
+    monkeypatch.setattr(ours, "build_decoding", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         list(live.live_run(page, settings(page), no_progress))

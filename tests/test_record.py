@@ -51,14 +51,19 @@ def test_json_round_trip_gives_back_the_same_run(record):
     assert rec.to_json(back) == text
 
 
-def test_older_records_load_with_the_k_policy_in_place_of_pause_unprofitable(record):
+def test_older_records_load_with_the_k_policy_in_place_of_older_names(record):
     data = json.loads(rec.to_json(record))
     settings = {name: value for name, value in data["settings"].items() if name != "k_policy"}
-    for pause, policy in ((False, "fixed"), (True, "cost")):
-        data["settings"] = {**settings, "pause_unprofitable": pause}
-        assert rec.from_json(json.dumps(data)).config.policy == policy
+    for older, policy in (({"pause_unprofitable": False}, "fixed"), ({"pause_unprofitable": True}, "cost"),
+                          ({"adaptive_k": True}, "adaptive"), ({"adaptive_k": False}, "fixed"),
+                          ({"adaptive_k": True, "pause_unprofitable": True}, "adaptive")):
+        data["settings"] = {**settings, **older}
+        assert rec.from_json(json.dumps(data)).config.k_policy == policy
+    data["settings"] = {**settings, "adaptive_k": "yes"}
+    with pytest.raises(rec.RecordError, match="adaptive_k must be true or false"):
+        rec.from_json(json.dumps(data))
     shipped = rec.from_json((ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json").read_text(encoding="utf-8"))
-    assert shipped.config.policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
+    assert shipped.config.k_policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
 
 
 def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):

@@ -28,11 +28,11 @@ from specdec.bench.report import geomean, lanes_summary, summarize_results, tabl
 from specdec.models.machine import machine_info
 from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
+from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
-from specdec.measure.cost_table import costs_for
 from specdec.measure.metrics import summarize
 from specdec.models.pair import ModelPair
 
@@ -67,11 +67,7 @@ class Result:
 
 def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -> dict:
     config.validate()
-    kernel_target(pair, config.target_kernel)  # built or loaded once, before the clock starts
-    if config.drafter in ("model", "auto"):
-        draft_model(pair, config.draft_variant)  # built or loaded once, before the clock starts
-    if config.policy == "cost" and config.drafter != "none":
-        costs_for(pair, config, progress=True)  # cached, or measured once, before the clock starts
+    prepare(pair, config, progress=True)  # kernel, variant and cost table built or loaded once, before the clock starts
     start = time.perf_counter()
     events = list(OurSource(pair, config).iter_events(prompt_ids, config.max_new_tokens))  # prefill happens inside
     seconds = time.perf_counter() - start

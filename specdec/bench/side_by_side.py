@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from specdec.measure.compare import Difference, agreement, first_difference
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
 from specdec.models.pair import ModelPair
 from specdec.measure.passcost import one_token_pass_s
@@ -28,7 +28,7 @@ class RunResult:
 
     @property
     def draft_variant(self) -> str | None:
-        return self.config.draft_variant if self.config.drafter in ("model", "auto") else None
+        return self.config.draft_variant if self.config.uses_draft_model else None
 
     @property
     def draft_memory_gb(self) -> float | None:
@@ -135,11 +135,11 @@ def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=No
     an int4-quantized target too (which needs the exact plain run to say where it departs). Costs
     are in plain decode steps: the plain run's, else a one-token target pass timed on the finished
     run's cache."""
-    decoding = generate(pair, prompt, config, chat=chat)
+    decoding = OurSource(pair, config).run(prompt, chat=chat)
     spec_events = list(decoding)
     result = RunResult(pair, config, spec_events, summarize(spec_events))
     if with_plain or with_plain_int4:
-        plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat))
+        plain_events = list(OurSource(pair, config).plain().run(prompt, chat=chat))
         result.plain_events = plain_events
         result.plain = summarize(plain_events)
         result.difference = first_difference(spec_events, plain_events, pair.dtype_name)
@@ -159,7 +159,7 @@ def plain_int4_run(pair: ModelPair, prompt: str, config: GenerationConfig, chat=
     from specdec.kernels.variants import target_model
 
     lossy_pair = replace(pair, target=target_model(pair, "int4"))  # runs as loaded: target_kernel bf16
-    return generate(lossy_pair, prompt, replace(config, drafter="none", target_kernel="bf16"), chat=chat, stop=stop)
+    return OurSource(lossy_pair, replace(config, drafter="none", target_kernel="bf16"), stop=stop).run(prompt, chat=chat)
 
 
 def tokens_of(events: list) -> list[int]:

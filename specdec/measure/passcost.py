@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.core.runners.choice import runner_model
-from specdec.core.runners.shapes import DRAFT_SHAPES
+from specdec.core.runners import runner_model
+from specdec.core.runners.static_model import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -110,14 +110,14 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
 def prefilled(runner: str, module, vocab_size: int, context: list[int], room: int, shapes):
     """The module as `runner` runs it (as a run would: linear_for's F.linear), its cache filled with
     `context`; a compiled model is claimed for the timing and given back after."""
-    lm = runner_model(runner, module, vocab_size, linear_for(module))
+    lender = runner_model(runner, module, vocab_size, linear_for(module))
     owner = object()
-    lm = lm.claim(owner, len(context) + room, shapes)
+    lm = lender.claim(owner, len(context) + room, shapes)
     try:
         lm.prefill(torch.tensor(context, device=lm.device))
         yield lm
     finally:
-        lm.release(owner)
+        lender.release(owner)
 
 
 def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:

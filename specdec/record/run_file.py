@@ -184,15 +184,17 @@ def _config(settings: dict) -> GenerationConfig:
 
 
 def _renamed(settings: dict) -> dict:
-    """Settings as older records wrote them: `pause_unprofitable` (stop drafting while it did not
-    pay) is now the cost K policy, k_policy "cost"."""
-    if "pause_unprofitable" not in settings:
-        return settings
+    """Settings as older records wrote them, in today's names: `adaptive_k: true` is k_policy
+    "adaptive" (it won over any other k_policy); `pause_unprofitable` (stop drafting while it did
+    not pay) is the cost K policy, k_policy "cost"."""
     settings = dict(settings)
-    pause = settings.pop("pause_unprofitable")
-    if not isinstance(pause, bool):
-        raise RecordError(f"settings: pause_unprofitable must be true or false, got {_shown(pause)}")
-    if pause and not settings.get("adaptive_k") and settings.get("k_policy", "fixed") == "fixed":
+    for old in ("adaptive_k", "pause_unprofitable"):
+        if old in settings and not isinstance(settings[old], bool):
+            raise RecordError(f"settings: {old} must be true or false, got {_shown(settings[old])}")
+    adaptive, pause = settings.pop("adaptive_k", False), settings.pop("pause_unprofitable", False)
+    if adaptive:
+        settings["k_policy"] = "adaptive"
+    elif pause and settings.get("k_policy", "fixed") == "fixed":
         settings["k_policy"] = "cost"
     return settings
 

@@ -71,7 +71,7 @@ class CostKey:
 
 
 def cost_key(pair_name: str, config: GenerationConfig) -> CostKey:
-    variant = config.draft_variant if config.drafter in ("model", "auto") else "-"
+    variant = config.draft_variant if config.uses_draft_model else "-"
     return CostKey(pair_name, config.target_kernel, variant, config.runner)
 
 
@@ -109,7 +109,7 @@ class PassCosts:
 
     def once_s(self, config: GenerationConfig) -> float:
         """What a call of `config` pays once, whatever its length."""
-        table = self.table_s if config.policy == "cost" and config.drafter != "none" else 0.0
+        table = self.table_s if config.needs_cost_table else 0.0
         return self.setup_s + self.capture_s + table
 
     def measured(self, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> "PassCosts":
@@ -127,15 +127,15 @@ class PassCosts:
 
 def draft_passes(config: GenerationConfig) -> int:
     """Most draft-model passes one step can make."""
-    if config.drafter in ("lookup", "none"):
+    if not config.uses_draft_model:
         return 0
-    return max(config.k, config.k_max) if config.policy != "fixed" else config.k
+    return max(config.k, config.k_max) if config.k_policy != "fixed" else config.k
 
 
 def call_seconds(config: GenerationConfig, compare: bool, costs: PassCosts) -> float:
     """The longest a run (and its plain comparison) can take on the GPU."""
     n = config.max_new_tokens
-    if config.drafter == "none":
+    if not config.drafts:
         spec = n * costs.decode_s
     else:
         spec = n * (draft_passes(config) * costs.draft_s + costs.verify_s)
@@ -154,7 +154,7 @@ def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, second
     if need <= seconds:
         return
     fit = max_new_tokens_within(seconds, config, compare, costs)
-    settings = f"K={config.k}" + (" ({}, up to {})".format(config.policy, max(config.k, config.k_max)) if config.policy != "fixed" else "")
+    settings = f"K={config.k}" + (" ({}, up to {})".format(config.k_policy, max(config.k, config.k_max)) if config.k_policy != "fixed" else "")
     settings += " and the plain comparison" if compare else ""
     raise ValueError(
         f"max_new_tokens={config.max_new_tokens} could need up to {need:.0f} s of GPU time with {settings}; "
