@@ -120,3 +120,11 @@ def test_an_engine_error_reaches_the_page(page, monkeypatch):
     monkeypatch.setattr(ours, "generate", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         list(live.live_run(page, settings(page), no_progress))
+
+
+def test_the_k_policy_checkboxes_ask_for_k_policy_by_name(page):
+    assert read_config(page, settings(page)).k_policy == "fixed"
+    assert read_config(page, settings(page, adaptive=True)).k_policy == "adaptive"
+    assert read_config(page, settings(page, cost_k=True)).k_policy == "cost"
+    with pytest.raises(ValueError, match="k_policy adaptive and k_policy cost exclude each other: choose one k_policy"):
+        read_config(page, settings(page, adaptive=True, cost_k=True))
