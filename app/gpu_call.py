@@ -16,6 +16,8 @@ from specdec.models.pair import pick_device
 from specdec.serving import gpu_budget
 from specdec.serving.pairs import shared_store
 
+from .view import Lane
+
 try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
     import spaces
 except ImportError:
@@ -38,30 +40,30 @@ def _on_gpu(fn):
 
 @_on_gpu
 def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
-    """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
-    plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
-    timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
-    for plain decoding with an int4 copy of the target (built once per pair, cached on disk), and last
-    ("capture", seconds): what the runner spent capturing passes in this call (0 but for the
-    compiled runner's first call in a process; on ZeroGPU every call is such a call). The
-    pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and the
-    body needs no other thread: a worker forked from this process has only the thread that runs it."""
+    """(Lane.SPEC, StepEvent) for each step of the speculative run, then (Lane.PLAIN, StepEvent) for
+    the plain run with the same settings (without it, (Lane.DECODE_STEP, seconds): one plain decode
+    step timed on the finished run's cache, the unit of c and the verify cost), then (Lane.LOSSY,
+    StepEvent) for plain decoding with an int4 copy of the target (built once per pair, cached on
+    disk), and last (Lane.CAPTURE, seconds): what the runner spent capturing passes in this call (0
+    but for the compiled runner's first call in a process; on ZeroGPU every call is such a call).
+    The pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and
+    the body needs no other thread: a worker forked from this process has only the thread that runs it."""
     ours = OurSource(shared_store().loaded_pair(pair_name), config)
     decoding = ours.run(prompt)
     for event in decoding:
-        yield "spec", event
+        yield Lane.SPEC, event
     capture_s = decoding.runner.capture_s
     if compare:
         plain = ours.plain().run(prompt)  # the baseline: nothing drafted
         for event in plain:
-            yield "plain", event
+            yield Lane.PLAIN, event
         capture_s += plain.runner.capture_s
     else:
-        yield "decode_step", one_token_pass_s(decoding)
+        yield Lane.DECODE_STEP, one_token_pass_s(decoding)
     if plain_int4:
         for event in plain_int4_run(ours.pair, prompt, config):
-            yield "lossy", event
-    yield "capture", capture_s
+            yield Lane.LOSSY, event
+    yield Lane.CAPTURE, capture_s
 
 
 def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:

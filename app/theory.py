@@ -7,11 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-import gradio as gr
-
 from specdec.engines import choice
 from specdec.engines.base import SPECDEC
-from specdec.serving import gpu_budget
 from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, prediction_gap, speedup_curve
@@ -25,6 +22,10 @@ PASS_COSTS: dict[tuple[str, str], PassCosts] = {}
 # The cost table of every target kernel (and of llama.cpp, when its servers run here), per (pair, dtype):
 # name -> PassCosts, from "Measure pass costs". Whether speculation pays depends on the kernel.
 KERNEL_COSTS: dict[tuple[str, str], dict[str, PassCosts]] = {}
+
+INTRO = ("Leviathan et al. 2023 model speculative decoding with three numbers: the chance \u03b1 that one draft "
+         "token is kept, the cost c of a draft pass and the cost of the target's check of K+1 tokens, both in "
+         "plain decode steps. These figures use the numbers of the last finished run (on the Live tab).")
 
 WAITING = ('<div class="predictions"><p class="caption">When a run with plain decoding beside it ends, this box '
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
@@ -87,44 +88,6 @@ class TheorySession:
         return self.tables.get(self.kernel) or (PASS_COSTS.get(self.pair_key) if self.pair_key else None)
 
 
-# --- sections -------------------------------------------------------------------------------------
-
-
-def predictions_section(page) -> None:
-    """Under the stats row of the live tab: the measured speedup against the three predictions."""
-    page.predictions = gr.HTML(WAITING, elem_id="predictions")
-
-
-def tab(page) -> None:
-    """The Theory tab."""
-    with gr.Tab("Theory", id="theory", elem_id="theory-tab"):
-        # Inside the tab: a State placed directly in gr.Tabs is drawn as a second copy of the selected tab's button.
-        page.theory_state = gr.State(TheorySession())
-        gr.Markdown(
-            "Leviathan et al. 2023 model speculative decoding with three numbers: the chance \u03b1 that one draft "
-            "token is kept, the cost c of a draft pass and the cost of the target's check of K+1 tokens, both in "
-            "plain decode steps. These figures use the numbers of the last finished run (on the Live tab)."
-        )
-        with gr.Row():
-            with gr.Column():
-                page.k_curve = gr.Plot(theory_charts.k_curve_figure(), show_label=False, elem_id="k-curve-plot")
-                page.k_caption = gr.Markdown(k_caption(TheorySession()), elem_id="k-caption")
-            with gr.Column():
-                page.codesign = gr.Plot(theory_charts.codesign_figure(), show_label=False, elem_id="codesign-plot")
-                page.codesign_caption = gr.Markdown(codesign_caption(TheorySession()), elem_id="codesign-caption")
-        here = not gpu_budget.on_zero_gpu()  # both run in this process; on ZeroGPU GPU work runs in a worker per call
-        with gr.Row():
-            page.sweep_button = gr.Button("Sweep K: run K = 1, 2, 3, 4, 6, 8 on the prompt", elem_id="sweep", interactive=here)
-            page.measure_button = gr.Button("Measure pass costs on this machine", elem_id="measure-passes", interactive=here)
-        page.theory_status = gr.Markdown("" if here else "Sweep K and Measure pass costs are off on ZeroGPU.",
-                                         elem_id="theory-status")
-        with gr.Row():
-            with gr.Column():
-                page.passcost_plot = gr.Plot(theory_charts.passcost_figure(), show_label=False, elem_id="passcost-plot")
-            with gr.Column():
-                page.passcost_caption = gr.Markdown(passcost_caption(None, None), elem_id="passcost-caption")
-
-
 def updates(page, session: TheorySession) -> dict:
     """Everything the tab shows, from the session's last run, sweep and the pass costs."""
     m, costs = session.metrics, session.costs
@@ -145,11 +108,6 @@ def after_run(page, session: TheorySession, view) -> dict:
     session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
                    (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else SPECDEC)
     return updates(page, session)
-
-
-def outputs(page) -> list:
-    return [page.k_curve, page.k_caption, page.codesign, page.codesign_caption, page.passcost_plot,
-            page.passcost_caption, page.theory_status]
 
 
 def _verify_cost(session: TheorySession) -> float | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FUNCTION_LINES = 60
-MAX_MODULE_LINES = 450
+MAX_MODULE_LINES = 450  # one role per file, however many parts it has (a page declared whole)
 MAX_CORE_PARAMETERS = 6
 
 
@@ -32,9 +32,9 @@ def test_no_function_over_60_lines():
     assert not found, "functions over 60 lines:\n" + "\n".join(found)
 
 
-def test_no_module_over_450_lines():
+def test_no_module_over_the_cap():
     found = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
-    assert not found, "modules over 300 lines:\n" + "\n".join(found)
+    assert not found, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(found)
 
 
 def test_the_reading_sees_a_long_function(tmp_path):

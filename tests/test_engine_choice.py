@@ -47,10 +47,10 @@ def serve(steps):
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random", pairs=("tiny-random",))
+        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from app import live
 from specdec.engines import ours
 from app.page import StopFlag
 from app.render import render_spans
+from app.settings import read_config
 from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.serving import torch_thread
@@ -23,10 +24,10 @@ from tests.conftest import run_checked, tokens
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random", pairs=("tiny-random",))
+        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 @pytest.fixture(autouse=True)
@@ -88,7 +89,7 @@ def test_the_runner_chosen_on_the_page_runs_and_is_named(page, tiny_pair):
     config = GenerationConfig(max_new_tokens=16, k=4)
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
     with pytest.raises(ValueError, match="runner must be one of eager, static, compiled"):
-        live.read_config(page, settings(page, runner="fast"))
+        read_config(page, settings(page, runner="fast"))
 
 
 def test_stop_ends_the_run_between_two_steps(page):
@@ -119,3 +120,11 @@ def test_an_engine_error_reaches_the_page(page, monkeypatch):
     monkeypatch.setattr(ours, "build_decoding", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         list(live.live_run(page, settings(page), no_progress))
+
+
+def test_the_k_policy_checkboxes_ask_for_k_policy_by_name(page):
+    assert read_config(page, settings(page)).k_policy == "fixed"
+    assert read_config(page, settings(page, adaptive=True)).k_policy == "adaptive"
+    assert read_config(page, settings(page, cost_k=True)).k_policy == "cost"
+    with pytest.raises(ValueError, match="k_policy adaptive and k_policy cost exclude each other: choose one k_policy"):
+        read_config(page, settings(page, adaptive=True, cost_k=True))

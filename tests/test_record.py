@@ -31,10 +31,10 @@ def record(tiny_pair) -> rec.RunRecord:
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random")
+        return build_page("tiny-random")
 
 
 def test_json_round_trip_gives_back_the_same_run(record):
@@ -87,7 +87,7 @@ def test_a_reloaded_run_draws_the_same_html_and_figures(record, page):
     for html in (page.spec_html, page.plain_html, page.stats):
         assert after[html] == before[html], html
     assert "identical to plain decoding" in after[page.stats]
-    for plot in page.plots:
+    for plot in page.plots():
         assert after[plot].to_plotly_json() == before[plot].to_plotly_json()
 
 

@@ -54,7 +54,7 @@ BAD = [  # (settings, what the status line must say)
     ({"pair": "gpt-9/1b"}, "pair must be one of tiny-random, smollm2-1.7b/135m, got 'gpt-9/1b'"),
     ({"pair": "qwen2.5-coder-7b/0.5b"}, "pair 'qwen2.5-coder-7b/0.5b' is not offered here (needs a GPU)"),
     ({"pair": ["tiny-random"]}, "pair must be one of tiny-random, smollm2-1.7b/135m, got ['tiny-random']"),
-    ({"adaptive_k": "yes"}, "adaptive_k must be true or false, got 'yes'"),
+    ({"adaptive_k": "yes"}, "k_policy adaptive must be true or false, got 'yes'"),
     ({"compare": 1}, "compare must be true or false, got 1"),
     ({"prompt": ""}, "prompt must be non-empty text"),
     ({"prompt": " \n\t "}, "prompt must be non-empty text"),

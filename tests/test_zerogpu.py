@@ -81,12 +81,12 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
     (whose token decides the quota) from Gradio's context variable there, so the context goes too."""
     from gradio.context import LocalContext
 
-    from app.layout import build_layout
+    from app.page import build_page
     from app.live import live_run
 
     _, asked, requests = fake_spaces
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     visitor = types.SimpleNamespace(headers={"x-ip-token": "visitor-1"})
 
     def as_visitor():
@@ -101,12 +101,12 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
 def test_the_capture_a_call_measured_is_counted_in_the_next_calls_duration(tiny_store, fake_spaces):
     """The runner's capture seconds come back from the GPU call as the last item and replace the
     estimate for that key: here the static runner, which captures nothing (its estimate is not 0)."""
-    from app.layout import build_layout
+    from app.page import build_page
     from app.live import live_run
 
     _, asked, _ = fake_spaces
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     config = GenerationConfig(max_new_tokens=16, k=5, runner="static")
     key = gpu_budget.cost_key("tiny-random", config)
     assert gpu_budget.costs_for(key).capture_s == gpu_budget.CAPTURE_ESTIMATES["static"] > 0
@@ -125,13 +125,13 @@ def page_values(page, **changes):
 
 
 def test_zerogpu_refuses_a_run_that_could_outlast_the_call(tiny_store, monkeypatch):
-    from app.layout import build_layout
+    from app.page import build_page
     from app.live import live_run
     from app.ui import max_new_tokens_cap
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     frames = list(live_run(page, page_values(page), progress=lambda *a, **k: None))
     status = frames[-1][page.status]
     assert status.startswith("Not started: max_new_tokens=1024 could need up to") and "at most 183 new tokens fit" in status

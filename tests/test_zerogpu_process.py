@@ -67,13 +67,13 @@ APP_PROCESS = textwrap.dedent("""
     def visitor():  # what a request does in the app's process before the GPU call, on a Gradio worker thread
         import gradio as gr
         from app import gpu_call
-        from app.layout import build_layout
-        from app.live import read_live_settings
+        from app.page import build_page
+        from app.settings import read_live_settings
         from app.page import StopFlag
         from specdec.core.config import GenerationConfig
 
         with gr.Blocks():
-            page = build_layout(store.default, pairs=store.offer.names)
+            page = build_page(store.default, pairs=store.offer.names)
         values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5,
                   page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 16,
                   page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16-v16k",
