@@ -42,7 +42,7 @@ class StepSession:
         self.reset()
 
     def reset(self) -> None:
-        self.decoding = None  # the held specdec.core.detail.DetailedDecoding
+        self.decoding = None  # the held run, built detailed (its `details`: specdec.core.detail)
         self.events = None  # its iterator: next() is one step
         self.view = None  # app.view.RunView of the held run
         self.pair = self.prompt = None
