@@ -180,8 +180,8 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
             key = gpu_budget.cost_key(pair.name, s.config)
             gpu_budget.record(key, s.config, view.spec, view.plain)
-            if view.capture_s is not None:  # the next call's duration counts the capture this one measured
-                gpu_budget.record_capture(key, view.capture_s)
+            if view.capture is not None:  # the next call's duration counts the capture this one measured
+                gpu_budget.record_capture(key, view.capture)
         yield last_frame(page, values, view)
 
 
@@ -219,7 +219,7 @@ def receive(view: RunView, lane: str, item, throttle: Throttle, server_errors: b
     if lane == "done":
         return "done"
     if lane in ("decode_step", "capture"):  # figures the panes do not show
-        setattr(view, "one_token_pass_s" if lane == "decode_step" else "capture_s", item)
+        setattr(view, "one_token_pass_s" if lane == "decode_step" else "capture", item)
         return None
     if lane.endswith("_pending"):  # a remote engine's text before its steps are known
         view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)
