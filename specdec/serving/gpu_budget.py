@@ -38,7 +38,7 @@ SETUP_S = 15.0  # once per call: attaching the GPU, the prompt's prefill, the fi
 MOVE_BYTES_PER_S = 2e9  # the worker copies the pair's weights onto the card at its first call (an estimate)
 # A fresh worker's first call, a runner's own setup: nothing for eager; the caches allocated for a
 # static runner; the fixed shapes captured as CUDA graphs for a compiled one (draft passes, verify
-# buckets, plain decode, each after warm-up passes). Source: none measured yet. scripts/gpu_check.py
+# buckets, plain decode, each after warm-up passes). Source: none measured yet. scripts/gpu_check/
 # records each shape's capture seconds on a GPU and prints `first_call_capture_s`, MARGIN x what a
 # default run's shapes took: the figure that replaces "compiled" here once a GPU record exists
 # (docs/benchmarks.md, "The GPU check"). Until then an estimate meant to be high.
