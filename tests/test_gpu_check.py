@@ -122,7 +122,7 @@ def test_the_preflight_sees_a_cache_that_is_not_used(monkeypatch):
     problems, _ = preflight.cache_problems(torch.device("cpu"))
     assert len(problems) == 2
     assert problems[0] == "the eager cache holds 0 positions after a pass over 5 tokens (`cache=` ignored?)"
-    assert problems[1].startswith("a pass through the static cache failed (RuntimeError: ")  # the mask covers slots no cache holds
+    assert problems[1].startswith("a pass through the static cache failed (RuntimeError: ")  # its mask covers slots no cache has
 
 
 def test_the_preflight_names_a_version_outside_requirements_in_one_line(monkeypatch, capsys):

@@ -130,7 +130,8 @@ def test_a_static_model_feeds_any_number_of_tokens_in_its_fixed_shapes(tiny_pair
     from specdec.core.runners.shapes import LARGEST
     from specdec.core.runners.static_model import StaticModel
 
-    ids = torch.tensor(tiny_pair.tokenizer.encode(PROMPT * 3), device=tiny_pair.device)[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
+    encoded = tiny_pair.tokenizer.encode(PROMPT * 3)
+    ids = torch.tensor(encoded, device=tiny_pair.device)[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
     eager, static = CachedModel(tiny_pair.target, tiny_pair.vocab_size), StaticModel(tiny_pair.target, tiny_pair.vocab_size)
     static.reserve(len(ids))
     eager.prefill(ids[:5])

@@ -150,7 +150,8 @@ WORKER = textwrap.dedent("""
         return item if lane == "decode_step" else list(item.emitted)
 
     def body(config, compare):  # the GPU function's own body (no `spaces` here: the decorator is a no-op)
-        return [(lane, plain_item(lane, item)) for lane, item in gpu_call.stream_events("tiny-random", "def f(x):", config, compare)]
+        lanes = gpu_call.stream_events("tiny-random", "def f(x):", config, compare)
+        return [(lane, plain_item(lane, item)) for lane, item in lanes]
 
     def through_the_torch_thread(config, compare):  # as live_run iterates it in the app's process
         stream = torch_thread.Stream(gpu_call.stream_events("tiny-random", "def f(x):", config, compare), threading.Event())

@@ -62,7 +62,8 @@ def version_problems() -> list[str]:
     import transformers
 
     problems = unmet(pinned(), "requirements.txt")
-    problems += unmet([Requirement(r) for r in metadata.requires("transformers") or []], f"transformers {transformers.__version__}")
+    own = [Requirement(r) for r in metadata.requires("transformers") or []]
+    problems += unmet(own, f"transformers {transformers.__version__}")
     if transformers.__version__ != metadata.version("transformers"):
         problems.append(f"transformers {transformers.__version__} is imported from {Path(transformers.__file__).parent}, "
                         f"but the metadata found first says {metadata.version('transformers')}")
@@ -132,7 +133,8 @@ def main() -> int:
 
     print(f"gpu_check preflight: transformers {transformers.__version__} from {Path(transformers.__file__).parent.parent}, "
           f"torch {torch.__version__} on {device.type}; the cache is used: the eager cache grew to 5 positions, the static "
-          f"cache wrote slots 0-4, the next token through each matches the whole sequence (max difference {worst:.1e})", flush=True)
+          f"cache wrote slots 0-4, the next token through each matches the whole sequence (max difference {worst:.1e})",
+          flush=True)
     return 0
 
 

@@ -40,8 +40,8 @@ def _costs(costs: dict, args) -> None:
 
 
 def _capture(estimate: dict, args) -> None:
-    print("\nfirst-call capture (gpu_budget.CAPTURE_ESTIMATES['compiled']):",
-          ", ".join(f"{pair} {row['first_call_capture_s']} s" if row else f"{pair} not captured" for pair, row in estimate.items()))
+    shown = [f"{pair} {row['first_call_capture_s']} s" if row else f"{pair} not captured" for pair, row in estimate.items()]
+    print("\nfirst-call capture (gpu_budget.CAPTURE_ESTIMATES['compiled']):", ", ".join(shown))
 
 
 def _runs(label):

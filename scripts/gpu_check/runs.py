@@ -44,7 +44,8 @@ def whole_runs(models: dict, passes: dict, args, label: str) -> dict:
         differ = first_difference(runs["spec"], runs["plain"], args.dtype_name)
         row["first_difference"] = differ.as_dict() if differ else None
         # each step's draft passes and its check, from the pass timings
-        row["spec_step_accounted_ms"] = statistics.fmean(len(e.drafted) * d["1"] + check_ms(t, len(e.drafted) + 1) for e in runs["spec"])
+        steps = [len(e.drafted) * d["1"] + check_ms(t, len(e.drafted) + 1) for e in runs["spec"]]
+        row["spec_step_accounted_ms"] = statistics.fmean(steps)
         row["plain_step_accounted_ms"] = t["1"]
         out[name] = row
         print(f"  {label} {name}: {row['speedup']:.2f}x, spec {row['spec']['ms_per_step']:.2f} ms/step "
