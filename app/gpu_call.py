@@ -34,6 +34,9 @@ def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: 
     return math.ceil(seconds)
 
 
+_calls_here = 0  # GPU calls this process has run (a ZeroGPU worker, forked from the app's process, starts at 0)
+
+
 def _on_gpu(fn):
     return spaces.GPU(duration=gpu_seconds, size=gpu_budget.gpu_size())(fn) if spaces is not None else fn
 
@@ -44,10 +47,14 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
     the plain run with the same settings (without it, (Lane.DECODE_STEP, seconds): one plain decode
     step timed on the finished run's cache, the unit of c and the verify cost), then (Lane.LOSSY,
     StepEvent) for plain decoding with an int4 copy of the target (built once per pair, cached on
-    disk), and last (Lane.CAPTURE, seconds): what the runner spent capturing passes in this call (0
-    but for the compiled runner's first call in a process; on ZeroGPU every call is such a call).
-    The pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and
-    the body needs no other thread: a worker forked from this process has only the thread that runs it."""
+    disk), and last (Lane.CAPTURE, gpu_budget.CaptureReport): what the runner spent capturing passes
+    in this call, and whether the call was its process's first (0 s but for the compiled runner's
+    first runs in a process; a ZeroGPU worker may be fresh or kept from an earlier call:
+    docs/deploy.md). The pair is already loaded (in this process, or in the one a ZeroGPU worker was
+    forked from), and the body needs no other thread: a worker forked from this process has only
+    the thread that runs it."""
+    global _calls_here
+    fresh, _calls_here = _calls_here == 0, _calls_here + 1
     ours = OurSource(shared_store().loaded_pair(pair_name), config)
     decoding = ours.run(prompt)
     for event in decoding:
@@ -63,7 +70,7 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
     if plain_int4:
         for event in plain_int4_run(ours.pair, prompt, config):
             yield Lane.LOSSY, event
-    yield Lane.CAPTURE, capture_s
+    yield Lane.CAPTURE, gpu_budget.CaptureReport(capture_s, fresh)
 
 
 def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:

@@ -113,8 +113,8 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
             key = gpu_budget.cost_key(pair.name, s.config)
             gpu_budget.record(key, s.config, view.spec, view.plain)
-            if view.capture_s is not None:  # the next call's duration counts the capture this one measured
-                gpu_budget.record_capture(key, view.capture_s)
+            if view.capture is not None:  # the next call's duration counts the capture this one measured
+                gpu_budget.record_capture(key, view.capture)
         yield last_frame(page, values, view)
 
 
@@ -165,7 +165,7 @@ def receive(view: RunView, lane: Lane, item, throttle: Throttle, server_errors: 
             view.one_token_pass_s = item
             return Taken.QUIET
         case Lane.CAPTURE:
-            view.capture_s = item
+            view.capture = item
             return Taken.QUIET
         case Lane.SPEC_PENDING | Lane.PLAIN_PENDING:  # a remote engine's text before its steps are known
             view.pending.setdefault(Lane.SPEC if lane is Lane.SPEC_PENDING else Lane.PLAIN, []).extend(item.text)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from specdec.measure.compare import departure, first_difference
 from specdec.core.config import GenerationConfig
 from specdec.measure.metrics import summarize, summarize_runs
+from specdec.serving.gpu_budget import CaptureReport
 
 from . import charts, render, theory
 
@@ -49,7 +50,7 @@ class RunView:
     lossy: list = field(default_factory=list)  # its StepEvents
     pending: dict = field(default_factory=dict)  # Lane.SPEC or PLAIN -> display text a remote engine sent before its steps (vLLM)
     one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
-    capture_s: float | None = None  # seconds the runner spent capturing passes in this run's GPU call (gpu_budget counts them)
+    capture: CaptureReport | None = None  # what the runner spent capturing passes in this run's GPU call (gpu_budget counts it)
     # What a saved record keeps besides the events (specdec.record.run_file): the prompt, the pair, the machine, when.
     prompt: str = ""
     pair: dict = field(default_factory=dict)

@@ -136,7 +136,8 @@ def test_a_static_model_feeds_any_number_of_tokens_in_its_fixed_shapes(tiny_pair
     feed into pieces of at most the largest shape, each padded: the logits are those of one pass."""
     from specdec.core.runners.static_model import LARGEST, StaticModel
 
-    ids = torch.tensor(tiny_pair.tokenizer.encode(PROMPT * 3))[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
+    encoded = tiny_pair.tokenizer.encode(PROMPT * 3)
+    ids = torch.tensor(encoded, device=tiny_pair.device)[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
     eager, static = CachedModel(tiny_pair.target, tiny_pair.vocab_size), StaticModel(tiny_pair.target, tiny_pair.vocab_size)
     static.reserve(len(ids))
     eager.prefill(ids[:5])

@@ -144,9 +144,14 @@ WORKER = textwrap.dedent("""
     store.get("tiny-random")  # loaded on the torch thread, as the app does
     runs = [(GenerationConfig(max_new_tokens=12, k=3), True), (GenerationConfig(max_new_tokens=12, drafter="auto"), False)]
 
+    def plain_item(lane, item):  # as JSON: a step's emitted ids, the decode step's seconds, the capture's seconds
+        if lane == "capture":
+            return item.seconds
+        return item if lane == "decode_step" else list(item.emitted)
+
     def body(config, compare):  # the GPU function's own body (no `spaces` here: the decorator is a no-op)
-        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted))
-                for lane, item in gpu_call.stream_events("tiny-random", "def f(x):", config, compare)]
+        lanes = gpu_call.stream_events("tiny-random", "def f(x):", config, compare)
+        return [(lane, plain_item(lane, item)) for lane, item in lanes]
 
     def through_the_torch_thread(config, compare):  # as live_run iterates it in the app's process
         stream = torch_thread.Stream(gpu_call.stream_events("tiny-random", "def f(x):", config, compare), threading.Event())
@@ -154,7 +159,7 @@ WORKER = textwrap.dedent("""
         items = []
         while not items or items[-1][0] not in ("done", "error"):
             items += stream.take(timeout=5)
-        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted)) for lane, item in items[:-1]]
+        return [(lane, plain_item(lane, item)) for lane, item in items[:-1]]
 
     parent = [through_the_torch_thread(*run) for run in runs]
     ctx = multiprocessing.get_context("fork")

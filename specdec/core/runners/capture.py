@@ -116,7 +116,7 @@ def cuda_graph(model: StaticModel, tokens: int, last_only: bool, pool):
             model.pass_now(ids, last_only)
     current.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         out = model.pass_now(ids, last_only)
 
     def replay() -> tuple[torch.Tensor, torch.Tensor]:
