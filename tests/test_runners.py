@@ -162,3 +162,22 @@ def test_static_emits_the_eager_events_on_the_embedded_pair():
     eager, static = both(pair, GenerationConfig(k=4, max_new_tokens=12), prompt=prompt)
     assert_same_events(static, eager)
     assert sum(e.accepted for e in eager) > 0
+
+
+def test_a_model_spread_over_devices_runs_eager_with_one_line(tiny_pair, caplog):
+    """A static cache lives on one device and a CUDA graph cannot span several: such a model is lent eager."""
+    import copy
+    import logging
+
+    from specdec.core.runners import runner_model
+    from specdec.core.runners.eager_model import EagerModels
+    from specdec.core.runners.static_model import StaticModels
+
+    spread = copy.deepcopy(tiny_pair.draft)
+    spread.model.layers[0].to("meta")  # a second device, as device_map="auto" makes on several GPUs
+    with caplog.at_level(logging.WARNING, logger="specdec.runners"):
+        lender = runner_model("static", spread, tiny_pair.vocab_size)
+    assert isinstance(lender, EagerModels)
+    assert [r.getMessage() for r in caplog.records] == [
+        "specdec: the static runner runs eager for this model: its weights are spread over cpu, meta"]
+    assert isinstance(runner_model("static", tiny_pair.draft, tiny_pair.vocab_size), StaticModels)  # one device: as asked

@@ -15,6 +15,7 @@ its own, a compiled run the process's captured model of the right size, one run 
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 import torch
@@ -23,6 +24,8 @@ from specdec.core.config import parse_runner
 from specdec.core.runners.capture import compiled_model
 from specdec.core.runners.eager_model import EagerModels
 from specdec.core.runners.static_model import StaticModels
+
+log = logging.getLogger("specdec.runners")
 
 
 class RunModel(Protocol):
@@ -57,6 +60,12 @@ class ModelLender(Protocol):
 
 def runner_model(runner: str, module, vocab_size: int, linear=None) -> ModelLender:
     """The lender of `module` as `runner` runs it (`linear`: a context manager entered around every
-    pass, rerouting F.linear, or None)."""
+    pass, rerouting F.linear, or None). A model spread over several devices (device_map="auto") runs
+    eager: the static cache lives on one device and a CUDA graph cannot span several (one line says so)."""
     lenders = {"eager": EagerModels, "static": StaticModels, "compiled": compiled_model}
-    return lenders[parse_runner(runner)](module, vocab_size, linear)
+    devices = {p.device for p in module.parameters()}
+    if parse_runner(runner) != "eager" and len(devices) > 1:
+        log.warning("specdec: the %s runner runs eager for this model: its weights are spread over %s",
+                    runner, ", ".join(sorted(str(d) for d in devices)))
+        runner = "eager"
+    return lenders[runner](module, vocab_size, linear)
