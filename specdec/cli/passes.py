@@ -68,15 +68,20 @@ def run_passes(args) -> int:
             variant_parts(name.strip())
     if args.context < 1 or args.repeats < 1:
         raise ValueError("context and repeats must be >= 1")
-    if args.without_products and "compiled" in runners:
-        raise ValueError("--without-products times eager and static passes: a compiled pass runs the products it captured")
+    check_runners(runners, args)
     with nullcontext() if args.no_lock else one_measurement("python -m specdec passes"):
         pair = load(args)
-        runners = runner_names(args, pair)
+        runners = check_runners(runner_names(args, pair), args)  # the measured default, once the pair is loaded
         variants = list(dict.fromkeys(variant_names(args, pair))) if pair.draft is not None else []
         result = measure(pair, runners, kernels, variants, sizes, args)
     print(json.dumps(result, ensure_ascii=False) if args.json else tables(result))
     return 0
+
+
+def check_runners(runners: list[str], args) -> list[str]:
+    if args.without_products and "compiled" in runners:
+        raise ValueError("--without-products times eager and static passes: a compiled pass runs the products it captured")
+    return runners
 
 
 def measure(pair, runners, kernels, variants, sizes, args) -> dict:
