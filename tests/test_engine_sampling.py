@@ -37,8 +37,10 @@ CONFIG = GenerationConfig(k=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P
 
 class BigramLM(torch.nn.Module):
     """A causal LM whose next-token logits are row `last token` of a fixed (V, V) table, whatever
-    came before. It has the interface the engine runs a model through (specdec.core.cached_model: input
-    ids, a transformers cache it extends, logits_to_keep), at next to no cost per pass."""
+    came before. It has the interface the engine runs a model through (specdec.core.runners: a
+    decoder that takes input ids and extends a transformers cache, returning its final hidden
+    states; an output head that turns them into logits), at next to no cost per pass: the hidden
+    state of a token is its one-hot row, and the head holds the table."""
 
     def __init__(self, table: torch.Tensor):
         from transformers import Qwen2Config
@@ -64,12 +66,18 @@ class BigramLM(torch.nn.Module):
     def get_input_embeddings(self):
         return lambda ids: torch.nn.functional.one_hot(ids, self.head.in_features).float()
 
-    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, **kwargs):
+    def get_decoder(self):
+        return self.decode
+
+    def decode(self, input_ids, cache, use_cache=True, **kwargs):
         n = input_ids.shape[1]
         empty = torch.zeros(1, 1, n, 8)  # (1, kv heads, n, head dim) of the config above
         cache.update(empty, empty, 0)  # the cache counts positions (rollback is the engine's), nothing is attended
-        ids = input_ids[:, -logits_to_keep:] if logits_to_keep else input_ids  # (1, n')
-        return SimpleNamespace(logits=self.head(torch.nn.functional.one_hot(ids, self.head.in_features).float()))
+        return SimpleNamespace(last_hidden_state=self.get_input_embeddings()(input_ids))  # (1, n, V)
+
+    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, **kwargs):
+        hidden = self.decode(input_ids, cache).last_hidden_state  # (1, n, V)
+        return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden))
 
 
 def word_tokenizer(v: int):

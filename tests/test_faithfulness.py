@@ -4,7 +4,7 @@ agreement under teacher forcing; and the bench's columns built from them."""
 import pytest
 import torch
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.eager_model import CachedModel
 from specdec.measure.faithfulness import (faithfulness, first_departure, forced_predictions, forced_top2, top1_agreement,
                                          untied_agreement)
 
