@@ -26,7 +26,7 @@ MAX_BYTES = 64 * 2**20  # a 2048-token run of both lanes is a few MB; anything f
 def record_of(view: RunView) -> RunRecord:
     return RunRecord(prompt=view.prompt, config=view.config, pair=view.pair, machine=view.machine,
                      spec=list(view.spec), plain=list(view.plain), stopped=view.stopped, created=view.created,
-                     one_token_pass_s=view.one_token_pass_s)
+                     decode_step_s=view.decode_step_s)
 
 
 def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
@@ -36,7 +36,7 @@ def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
     return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, spec=list(record.spec),
                    plain=list(record.plain), finished=True, stopped=record.stopped, show_rejected=show_rejected,
                    prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created,
-                   one_token_pass_s=record.one_token_pass_s)
+                   decode_step_s=record.decode_step_s)
 
 
 def files(view: RunView | None) -> dict:

@@ -11,7 +11,7 @@ from specdec.bench.side_by_side import plain_int4_run
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
 from specdec.kernels import device_offer
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 from specdec.models.pair import pick_device
 from specdec.serving import gpu_budget
 from specdec.serving.pairs import shared_store
@@ -66,7 +66,7 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
             yield Lane.PLAIN, event
         capture_s += plain.runner.capture_s
     else:
-        yield Lane.DECODE_STEP, one_token_pass_s(decoding)
+        yield Lane.DECODE_STEP, time_decode_step(decoding)
     if plain_int4:
         for event in plain_int4_run(ours.pair, prompt, config):
             yield Lane.LOSSY, event

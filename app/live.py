@@ -162,7 +162,7 @@ def receive(view: RunView, lane: Lane, item, throttle: Throttle, server_errors: 
         case Lane.DONE:
             return Taken.OVER
         case Lane.DECODE_STEP:
-            view.one_token_pass_s = item
+            view.decode_step_s = item
             return Taken.QUIET
         case Lane.CAPTURE:
             view.capture = item

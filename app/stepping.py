@@ -16,7 +16,7 @@ from specdec.serving import torch_thread
 from specdec.core.detail import explain
 from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 
 from . import engine_choice, live, step_panel
 from .settings import read_config
@@ -112,7 +112,7 @@ def _rest_of_run(session, ours: OurSource, compare: bool, stepped: bool):
         for event in ours.plain().run(session.prompt):
             yield Lane.PLAIN, event
     elif stepped:
-        yield Lane.DECODE_STEP, one_token_pass_s(session.decoding)
+        yield Lane.DECODE_STEP, time_decode_step(session.decoding)
 
 
 def open_token(page, values: dict, evt: gr.EventData) -> dict:

@@ -74,7 +74,7 @@ class TheorySession:
                 policy = f" {config.k_policy}" if config.k_policy != "fixed" else ""
                 label = f"#{len(self.points) + 1} {drafter} K={config.k}{policy} [{self.kernel}]"
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
-            hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_step:.2f} tokens per pass{measured}"
+            hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_pass:.2f} tokens per pass{measured}"
             self.points.append(DrafterPoint(label, metrics.alpha, c, hover))
 
     @property
@@ -105,7 +105,7 @@ def updates(page, session: TheorySession) -> dict:
 def after_run(page, session: TheorySession, view) -> dict:
     """A run has ended: keep it in the session and redraw the tab from it."""
     plain = summarize(view.plain) if view.plain else None
-    session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
+    session.record(summarize_runs(view.spec, view.plain, view.decode_step_s), plain, view.config,
                    (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else SPECDEC)
     return updates(page, session)
 
@@ -208,7 +208,7 @@ def render_predictions(spec: RunMetrics | None, plain: RunMetrics | None, finish
         ("with verify cost", gap.with_verify_cost, "with_verify_cost",
          f"the same with the measured verify cost {spec.verify_cost:.2f} in place of the 1"),
         ("from passes", gap.from_passes, "from_passes",
-         f"{spec.tokens_per_step:.2f} measured tokens per pass \u00d7 decode step {1000 * spec.decode_step_s:.1f} ms \u00f7 "
+         f"{spec.tokens_per_pass:.2f} measured tokens per pass \u00d7 decode step {1000 * spec.decode_step_s:.1f} ms \u00f7 "
          f"measured step {1000 * spec.step_s:.1f} ms (K draft passes + one verify pass)"),
     ]
     body = "".join(
@@ -233,7 +233,7 @@ def verdict(gap, spec: RunMetrics) -> str:
         out.append(f"Verify cost: checking K+1 tokens costs {spec.verify_cost:.2f} decode steps here, {more} than the "
                    f"textbook's 1, which scales its figure by {gap.verify_factor:.2f}.")
     if abs(gap.burst_factor - 1) > 0.03:
-        out.append(f"Bursty acceptance: passes carried {spec.tokens_per_step:.2f} tokens, where independent acceptance at "
+        out.append(f"Bursty acceptance: passes carried {spec.tokens_per_pass:.2f} tokens, where independent acceptance at "
                    f"\u03b1 = {spec.alpha:.2f} predicts {spec.expected_tokens_per_pass:.2f} (\u00d7{gap.burst_factor:.2f}): "
                    + ("a draft is usually right all the way or wrong early." if gap.burst_factor > 1 else
                       "rejections were spread out more evenly than independence predicts."))

@@ -49,7 +49,7 @@ class RunView:
     lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
     lossy: list = field(default_factory=list)  # its StepEvents
     pending: dict = field(default_factory=dict)  # Lane.SPEC or PLAIN -> display text a remote engine sent before its steps (vLLM)
-    one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
+    decode_step_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
     capture: CaptureReport | None = None  # what the runner spent capturing passes in this run's GPU call (gpu_budget counts it)
     # What a saved record keeps besides the events (specdec.record.run_file): the prompt, the pair, the machine, when.
     prompt: str = ""
@@ -97,7 +97,7 @@ def lossy_note(view: RunView) -> str:
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
     plain = summarize(view.plain) if view.plain else None
-    spec = summarize_runs(view.spec, view.plain, view.one_token_pass_s)  # costs in the plain run's decode steps
+    spec = summarize_runs(view.spec, view.plain, view.decode_step_s)  # costs in the plain run's decode steps
     stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
     out = {
         page.predictions: theory.render_predictions(spec, plain, view.finished),

@@ -57,7 +57,7 @@ def cmd_generate(args) -> int:
 
         record = RunRecord(prompt=args.prompt, config=config, pair=pair_info(pair), machine=machine_info(pair),
                            spec=result.spec_events, plain=result.plain_events or [], created=now_utc(),
-                           one_token_pass_s=result.spec.decode_step_s if timed_after else None)
+                           decode_step_s=result.spec.decode_step_s if timed_after else None)
         with open(args.record, "w", encoding="utf-8") as f:
             f.write(to_json(record))
     if args.json:

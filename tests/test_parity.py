@@ -79,7 +79,7 @@ def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
     from specdec.measure.metrics import summarize
 
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, temperature=temperature, max_new_tokens=96))
-    assert 0.2 < summarize(events).acceptance_rate < 0.9
+    assert 0.2 < summarize(events).accepted_share < 0.9
 
 
 # The cost K policy, with hand-made cost tables (specdec.core.k_policy has the unit tests).

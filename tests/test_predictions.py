@@ -32,7 +32,7 @@ def test_bench_predictions_on_tiny_random(capsys, prompts_file):
     assert [p["prompt"] for p in out["prompts"]] == ["code", "loop"]
     for p in out["prompts"]:
         assert p["same_as_plain"] is True  # greedy in fp32: the target's own tokens
-        assert 0 <= p["alpha"] <= 1 and 1 <= p["tokens_per_step"] <= 5 and p["cost_ratio_c"] > 0
+        assert 0 <= p["alpha"] <= 1 and 1 <= p["tokens_per_pass"] <= 5 and p["cost_ratio_c"] > 0
         assert p["measured"] > 0 and p["textbook"] > 0 and p["with_verify_cost"] > 0 and p["from_passes"] > 0
     assert out["largest_gap"] == max(abs(p["measured"] / p["from_passes"] - 1) for p in out["prompts"])
     status = main(argv)
@@ -42,7 +42,7 @@ def test_bench_predictions_on_tiny_random(capsys, prompts_file):
 
 
 def row(measured: float, from_passes: float) -> predictions.PromptPrediction:
-    metrics = SimpleNamespace(alpha=0.9, accepted_share=0.8, tokens_per_step=4.5, expected_tokens_per_pass=4.4,
+    metrics = SimpleNamespace(alpha=0.9, accepted_share=0.8, tokens_per_pass=4.5, expected_tokens_per_pass=4.4,
                               cost_ratio_c=0.15, verify_cost=1.02)
     gap = PredictionGap(measured=measured, textbook=2.5, with_verify_cost=2.4, from_passes=from_passes, verify_factor=0.96,
                         burst_factor=1.02, unexplained=measured / from_passes)

@@ -67,9 +67,9 @@ def test_older_records_load_with_the_k_policy_in_place_of_older_names(record):
 
 
 def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):
-    alone = replace(record, plain=[], one_token_pass_s=0.01)
+    alone = replace(record, plain=[], decode_step_s=0.01)
     back = rec.from_json(rec.to_json(alone))
-    assert back.one_token_pass_s == 0.01
+    assert back.decode_step_s == 0.01
     from specdec.measure.metrics import summarize_runs
 
     assert back.metrics()["speculative"] == summarize_runs(record.spec, None, 0.01).as_dict()  # what the page showed
@@ -131,6 +131,14 @@ def _set(path, value):
     return edit
 
 
+def _renamed(name, older, value):
+    """The field under the name older files gave it."""
+    def edit(data):
+        del data[name]
+        data[older] = value
+    return edit
+
+
 def _drop(path):
     def edit(data):
         *head, last = path
@@ -162,7 +170,9 @@ BAD = [
     ("unknown setting", lambda r: _edited(r, _set(["settings", "turbo"], True)), "settings: unknown field 'turbo'"),
     ("plain that drafts", lambda r: _edited(r, _set(["runs", "plain"], json.loads(rec.to_json(r))["runs"]["speculative"])),
      "runs.plain: plain decoding drafts nothing"),
-    ("bad decode step", lambda r: _edited(r, _set(["one_token_pass_s"], -1)),
+    ("bad decode step", lambda r: _edited(r, _set(["decode_step_s"], -1)),
+     "decode_step_s: expected a positive number or null, got -1"),
+    ("bad decode step, older name", lambda r: _edited(r, _renamed("decode_step_s", "one_token_pass_s", -1)),
      "one_token_pass_s: expected a positive number or null, got -1"),
 ]
 

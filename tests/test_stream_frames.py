@@ -71,7 +71,7 @@ def test_each_lane_fills_its_part_of_the_view(page, tiny_pair):
     frames = list(live.stream_frames(page, view, Arrived(items), stop))
     assert view.spec == spec and view.plain == plain and view.lossy == plain[:1]
     assert view.pending == {Lane.SPEC: ["<b>"], Lane.PLAIN: ["<b>"]} and view.pending["spec"] == ["<b>"]  # a Lane is its string
-    assert view.one_token_pass_s == 0.25 and view.capture_s == 1.5
+    assert view.decode_step_s == 0.25 and view.capture_s == 1.5
     assert frames == [] and not stop.is_set()  # it all came with its end: the caller draws the finished run; not stopped
 
 
@@ -118,4 +118,4 @@ def test_run_to_end_without_plain_decoding_times_one_decode_step(page):
     values = settings(page, compare=False, max_new=16)
     stepping.step(page, values, no_progress)
     last = list(stepping.run_to_end(page, values, no_progress))[-1][page.run_view]
-    assert not last.plain and last.one_token_pass_s is not None and last.one_token_pass_s > 0
+    assert not last.plain and last.decode_step_s is not None and last.decode_step_s > 0

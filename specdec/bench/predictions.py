@@ -75,7 +75,7 @@ HEADER = ("| prompt | \u03b1 | accepted share | tokens / pass (expected from \u0
 
 def row_line(r: PromptPrediction) -> str:
     m, g = r.metrics, r.gap
-    head = (f"| {r.prompt} | {m.alpha:.2f} | {m.accepted_share:.0%} | {m.tokens_per_step:.2f} ({m.expected_tokens_per_pass:.2f}) | "
+    head = (f"| {r.prompt} | {m.alpha:.2f} | {m.accepted_share:.0%} | {m.tokens_per_pass:.2f} ({m.expected_tokens_per_pass:.2f}) | "
             f"{r.ones} / {r.full} ({r.expected_ones:.1f} / {r.expected_full:.1f}) | ")
     if g is None:
         return head + "- | - | - | - | - | - | " + ("yes" if r.same_as_plain else "no") + " |"
@@ -97,7 +97,7 @@ def as_json(rows: list[PromptPrediction], tolerance: float = TOLERANCE) -> dict:
     out = []
     for r in rows:
         m, g = r.metrics, r.gap
-        out.append({"prompt": r.prompt, "alpha": m.alpha, "accepted_share": m.accepted_share, "tokens_per_step": m.tokens_per_step,
+        out.append({"prompt": r.prompt, "alpha": m.alpha, "accepted_share": m.accepted_share, "tokens_per_pass": m.tokens_per_pass,
                     "expected_tokens_per_pass": m.expected_tokens_per_pass, "passes_one_token": r.ones, "passes_all_kept": r.full,
                     "expected_one_token": r.expected_ones, "expected_all_kept": r.expected_full, "cost_ratio_c": m.cost_ratio_c,
                     "verify_cost": m.verify_cost, "measured": g and g.measured, "textbook": g and g.textbook,

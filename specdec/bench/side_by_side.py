@@ -9,7 +9,7 @@ from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
 from specdec.models.pair import ModelPair
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 
 
 @dataclass
@@ -63,8 +63,7 @@ class RunResult:
             "metrics": {
                 "alpha": m.alpha,  # per-token acceptance: accepted / (accepted + steps that rejected a draft)
                 "accepted_share": m.accepted_share,  # accepted / drafted
-                "acceptance_rate": m.acceptance_rate,  # old name of accepted_share
-                "tokens_per_step": m.tokens_per_step,
+                "tokens_per_pass": m.tokens_per_pass,
                 "expected_tokens_per_pass": m.expected_tokens_per_pass,
                 "target_passes": m.target_passes,
                 "tokens_per_s": m.tokens_per_s,
@@ -104,7 +103,7 @@ class RunResult:
         parts = [
             f"draft {self.draft_variant}" if self.draft_variant else f"drafter {self.config.drafter}",
             f"{self.config.runner} runner",
-            f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_step:.2f}/pass)",
+            f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_pass:.2f}/pass)",
             f"per-token acceptance alpha {m.alpha:.2f} ({m.accepted_share:.0%} of drafts accepted)",
             f"{m.tokens_per_s:.1f} tok/s",
         ]
@@ -145,7 +144,7 @@ def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=No
         result.difference = first_difference(spec_events, plain_events, pair.dtype_name)
         result.spec = summarize_runs(spec_events, plain_events)
     else:
-        result.spec = summarize_runs(spec_events, one_token_pass_s=one_token_pass_s(decoding))
+        result.spec = summarize_runs(spec_events, decode_step_s=time_decode_step(decoding))
     if with_plain_int4:
         lossy_events = list(plain_int4_run(pair, prompt, config, chat=chat))
         result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)

@@ -4,7 +4,8 @@ Both rules return device tensors (n_accepted, next_token) so the caller can fetc
 with anything else it wants, in a single host read. Neither reads the device itself: indexing with
 a 0-d device tensor would (it becomes an `.item()`), so positions are picked with gather and
 index_select, and tokens are drawn with an exponential race instead of torch.multinomial (which
-checks its input on the host).
+checks its input on the host; for one sample torch draws by the same race, so a seeded run draws
+the same tokens either way).
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> Pass
     return measure_models(pair.target, pair.draft, pair.vocab_size, context_ids, sizes, repeats)
 
 
-def one_token_pass_s(decoding, repeats: int = 3) -> float | None:
+def time_decode_step(decoding, repeats: int = 3) -> float | None:
     """A plain decode step, timed on a finished run's own target cache (no second prefill): the
     decode step to compare with when plain decoding was not run. None if the run made no step."""
     seq, target = decoding.seq, decoding.target
