@@ -16,7 +16,7 @@ CONFIGS = {
     "greedy k=4": GenerationConfig(k=4, max_new_tokens=40),
     "auto k=4": GenerationConfig(k=4, drafter="auto", max_new_tokens=40),
     "early stop k=6": GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=40),
-    "adaptive": GenerationConfig(k=2, adaptive_k=True, k_max=8, max_new_tokens=40),
+    "adaptive": GenerationConfig(k=2, k_policy="adaptive", k_max=8, max_new_tokens=40),
 }
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
