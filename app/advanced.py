@@ -25,7 +25,7 @@ class AdvancedValues:
     draft_variant: str = "bf16"
     target_kernel: str = "bf16"
     runner: str = "eager"
-    adaptive: bool = False  # Adaptive K; the label names it over cost_k (a run with both ticked is refused)
+    adaptive: bool = False  # Adaptive K (with cost_k ticked too a run is refused, and the summary says so)
     cost_k: bool = False  # K from this machine's pass costs
     top_p: float | None = 1.0
     top_k: int | float | None = 0  # 0 = off; a cleared number box sends None
@@ -58,7 +58,8 @@ def _engine(values: AdvancedValues) -> str:
 
 def summary(values: AdvancedValues) -> str:
     """The accordion's label: every Advanced value in one line, in the order the controls appear."""
-    k_policy = "adaptive K" if values.adaptive else "K from pass costs" if values.cost_k else "fixed K"
+    k_policy = ("adaptive K and K from pass costs both ticked: choose one" if values.adaptive and values.cost_k
+                else "adaptive K" if values.adaptive else "K from pass costs" if values.cost_k else "fixed K")
     top_k = "top-k off" if values.top_k == 0 else f"top-k {_number(values.top_k)}"
     parts = [
         SHORT_DRAFTERS.get(values.drafter, str(values.drafter)),
