@@ -21,7 +21,7 @@ def test_config_field_out_of_range(field, value):
 def test_the_k_policy_has_one_name():
     """adaptive_k, its older spelling, is read only from old record files (specdec.record.run_file)."""
     with pytest.raises(TypeError, match="adaptive_k"):
-        GenerationConfig(k_policy="adaptive")
+        GenerationConfig(**{"adaptive_k": True})
 
 
 def test_empty_prompt(tiny_pair):

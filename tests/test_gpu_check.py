@@ -115,10 +115,10 @@ def test_the_preflight_passes_on_the_projects_python():
 
 def test_the_preflight_sees_a_cache_that_is_not_used(monkeypatch):
     """What a transformers older than 5.24 does with `cache=`: it goes into **kwargs, unused."""
-    from transformers import Qwen2ForCausalLM
+    from transformers import Qwen2Model
 
-    real = Qwen2ForCausalLM.forward
-    monkeypatch.setattr(Qwen2ForCausalLM, "forward", lambda self, *args, cache=None, **kwargs: real(self, *args, **kwargs))
+    real = Qwen2Model.forward  # what the runners call (the decoder; the head is applied apart)
+    monkeypatch.setattr(Qwen2Model, "forward", lambda self, *args, cache=None, **kwargs: real(self, *args, **kwargs))
     problems, _ = preflight.cache_problems(torch.device("cpu"))
     assert len(problems) == 2
     assert problems[0] == "the eager cache holds 0 positions after a pass over 5 tokens (`cache=` ignored?)"

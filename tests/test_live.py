@@ -70,6 +70,7 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
 
     monkeypatch.setattr(ours, "build_decoding", recording_build)
     frames = list(live.live_run(page, settings(page), no_progress))
+    monkeypatch.undo()  # the runs below, made here to compare, are not the page's
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))

@@ -71,7 +71,7 @@ def test_each_lane_fills_its_part_of_the_view(page, tiny_pair):
     frames = list(live.stream_frames(page, view, Arrived(items), stop))
     assert view.spec == spec and view.plain == plain and view.lossy == plain[:1]
     assert view.pending == {Lane.SPEC: ["<b>"], Lane.PLAIN: ["<b>"]} and view.pending["spec"] == ["<b>"]  # a Lane is its string
-    assert view.decode_step_s == 0.25 and view.capture_s == 1.5
+    assert view.decode_step_s == 0.25 and view.capture == 1.5
     assert frames == [] and not stop.is_set()  # it all came with its end: the caller draws the finished run; not stopped
 
 

@@ -275,4 +275,4 @@ def test_the_compiled_runner_captures_w8a8_passes_and_keeps_the_text(tiny_pair, 
     # from a static run's. The text may not: it is the w8a8 target's (fp32 glue here).
     assert tokens(compiled) == tokens(plain)
     assert "could not capture" not in caplog.text
-    assert run.runner.target.captured and run.runner.draft.captured
+    assert run.runner.target.captured and run.proposers[-1].lm.captured  # the target's passes and the draft model's

@@ -142,7 +142,7 @@ def time_draft_of_k(lm, k: int, pool, cuda) -> dict:
 def _k_replays(lm, k: int) -> None:
     for i in range(k):
         lm.start.fill_(lm.position + i)
-        logits = lm.captured[1, True]()
+        logits, _ = lm.captured[1, True]()
         lm.input(1).copy_(logits.argmax(dim=-1))
 
 

@@ -57,7 +57,7 @@ def run_predictions(args, pair, prompts: list[dict]) -> int:
         print(json.dumps(predictions.as_json(rows), ensure_ascii=False))
     else:
         print(f"pair {pair.name}, {pair.device} {pair.dtype_name}, draft variant {variant}, target kernel {kernel}, {runner} runner, "
-              f"K = {args.k} ({config.policy}), {args.max_new_tokens} new tokens, greedy; "
+              f"K = {args.k} ({config.k_policy}), {args.max_new_tokens} new tokens, greedy; "
               f"CPU {machine.cpu_model()} ({' '.join(machine.reported_flags()) or 'no avx2'}), {machine.cores()} cores\n")
         print(predictions.table(rows))
     return 0 if predictions.within_tolerance(rows) else 1

@@ -64,9 +64,7 @@ class RunMetrics:
     predicted_speedup_from_passes: float | None  # measured tokens per pass x decode step / step_s (the accounting)
 
     def as_dict(self) -> dict:
-        """The fields, and under their older names (files and --json output written before them
-        used those) accepted_share and tokens_per_pass again."""
-        return {**asdict(self), "acceptance_rate": self.accepted_share, "tokens_per_step": self.tokens_per_pass}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -163,8 +163,8 @@ def from_json(text: str | bytes) -> RunRecord:
     if any(e.n_drafted for e in lanes["plain"]):
         raise RecordError("runs.plain: plain decoding drafts nothing, but a step has drafted tokens")
     created = data.get("created", "")
-    # optional: absent in files written before it was kept, and named decode_step_s in older ones
-    name = "decode_step_s" if "decode_step_s" in data else "decode_step_s"
+    # optional: absent in files written before it was kept, and named one_token_pass_s in older ones
+    name = "decode_step_s" if "decode_step_s" in data else "one_token_pass_s"
     decode_step_s = data.get(name)
     if decode_step_s is not None and not (_is(decode_step_s, float) and decode_step_s > 0):
         raise RecordError(f"{name}: expected a positive number or null, got {_shown(decode_step_s)}")
