@@ -3,8 +3,23 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 
 import pytest
+import torch
 
 from specdec.core.events import check_invariants
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request):
+    """Tiny models run on one torch thread. Their ops are too small to split: on 2 cores shared with
+    another busy process, a tiny-random run measured 0.1 s on one thread and 2-5 s on two (OpenMP
+    threads waiting on each other). Tests of the real pair are marked `all_threads` and keep them."""
+    if request.node.get_closest_marker("all_threads"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

