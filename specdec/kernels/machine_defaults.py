@@ -58,22 +58,22 @@ class MachineDefaults:
 
 # One draft model at a fixed K, eager: what every pair and device can run, with nothing built or
 # measured first (the cost K policy needs a cost table, a minute or more on a large pair).
-SAFE = MachineDefaults("bf16", "bf16", "model", "eager", "fixed", "the dense target, the stock draft at a fixed K, the eager runner")
+SAFE = MachineDefaults("bf16", "bf16", "model", "eager", "fixed", "the safe start, which every pair and device runs")
 
 # `best` in the bench (specdec.bench.policies.best_config) is the auto drafter with the cost K policy; the
 # page runs the same drafter and policy (with its own k_max, and no confidence stop).
 MEASURED: dict[str, MachineDefaults] = {
     "cpu-avx512_bf16": MachineDefaults(
         "bf16", "int4", "auto", "eager", "cost",
-        "the fastest exact configuration measured on this kind, `best` with the int4 draft at 2.60x plain decoding. "
-        "w8a8 ran `best` at 16.73 tok/s (the dense target 7.18) but is not shown exact: its departures from plain "
-        "were judged by bf16's margins, not its own. Compiling paid back only after minutes per process: eager",
+        "the fastest exact configuration measured on this kind (the bench's best mode with the int4 draft, 2.60x plain "
+        "decoding). w8a8 ran best at 16.73 tok/s (the dense target 7.18) but is not shown exact: its departures from "
+        "plain were judged by bf16's margins, not its own. Eager, as compiling pays back only after minutes per process",
         Measurement("python -m specdec bench --modes plain,spec,best,hf_assisted --max-new-tokens 64",
                     "`best` with the int4 draft 2.60x plain (geomean of 6 prompts, slowest 1.86x), output equal to plain",
                     "2-core AMD EPYC, AVX-512 BF16", f"{DOCS}#confirmation-run-with-the-new-default")),
     "cpu-avx2": MachineDefaults(
         "int8", "bf16", "auto", "eager", "cost",
-        "the fastest exact configuration measured on this kind, `best` on the int8 target at 2.00 tok/s (dense 1.79, "
+        "the fastest exact configuration measured on this kind (the bench's best mode on int8, 2.00 tok/s; dense 1.79, "
         "q4k 1.92). Drafting pays little on this CPU, so K comes from its pass costs (0 where drafting would "
         "not pay). w8a8 is left out: its speculative output departed from plain away from ties on AVX2",
         Measurement("python -m specdec bench --prompts PROMPTS --target-kernel bf16,int8,q4k "
@@ -85,8 +85,8 @@ MEASURED: dict[str, MachineDefaults] = {
     # least four times and launches every kernel from Python; a failed capture runs static and says so
     # in one line (specdec.core.runners.capture).
     "cuda": replace(SAFE, runner="compiled", reason=(
-        "not measured on this kind (cuda): the dense target, the stock draft at a fixed K; the compiled runner "
-        "(CUDA graphs; static where a capture fails), since an eager GPU step waits on the host several times")),
+        "not measured on this kind (cuda): the safe start, on the compiled runner (CUDA graphs; static where a "
+        "capture fails), since an eager GPU step waits on the host several times")),
 }
 # A trained draft head (another drafter) would be measured and chosen here per kind, beside the draft
 # model, prompt lookup and auto.
@@ -99,8 +99,8 @@ def for_kind(kind: str, pair_name: str = MEASURED_PAIR) -> MachineDefaults:
         return replace(SAFE, reason=f"not measured on this kind ({kind}): {SAFE.reason}")
     if pair_name != MEASURED_PAIR and entry.measurement is not None:
         return replace(SAFE, runner=entry.runner, reason=(
-            f"not measured for {pair_name} on this kind ({kind}): the dense target, the stock draft at a "
-            f"fixed K, the {entry.runner} runner (measured on {MEASURED_PAIR})"))
+            f"not measured for {pair_name} on this kind ({kind}), only {MEASURED_PAIR} was: {SAFE.reason}, "
+            f"on this kind's {entry.runner} runner"))
     return entry
 
 
