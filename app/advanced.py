@@ -5,13 +5,13 @@ out; this module holds their defaults, the label and their help texts."""
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 import gradio as gr
 
 from specdec.engines import choice
-from specdec.kernels.runner_defaults import default_runner
-from specdec.kernels.variants import default_variant
+from specdec.kernels.machine_defaults import defaults_for
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
 SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter"}
@@ -78,8 +78,25 @@ def summary(values: AdvancedValues) -> str:
 
 
 def defaults(default_pair: str, device) -> AdvancedValues:
-    """What the controls start at: the draft variant and the runner measured fastest on this kind of machine."""
-    return AdvancedValues(draft_variant=default_variant(default_pair, device), runner=default_runner(device))
+    """What the controls start at: the fastest exact configuration measured on this kind of machine
+    for this pair (specdec.kernels.machine_defaults; defaults_line says which and why)."""
+    chosen = defaults_for(device, default_pair)
+    return AdvancedValues(drafter=chosen.drafter, draft_variant=chosen.draft_variant, target_kernel=chosen.target_kernel,
+                          runner=chosen.runner, adaptive=chosen.k_policy == "adaptive", cost_k=chosen.k_policy == "cost")
+
+
+def defaults_line(default_pair: str, device) -> str:
+    """The one line under the settings: what the run starts on and why, as HTML (the text escaped)."""
+    return f'<p class="defaults-line">{html.escape(defaults_for(device, default_pair).line)}</p>'
+
+
+def pair_defaults(default_pair: str, device) -> tuple:
+    """The new values of the controls a pair's defaults set, in PAIR_CONTROLS' order, and its line."""
+    values = defaults(default_pair, device)
+    return (*(getattr(values, name) for name in PAIR_CONTROLS), defaults_line(default_pair, device))
+
+
+PAIR_CONTROLS = ("drafter", "draft_variant", "target_kernel", "adaptive", "cost_k")  # what a pair's defaults set
 
 
 def relabel(*values) -> dict:
@@ -91,7 +108,7 @@ def relabel(*values) -> dict:
 DRAFT_VARIANT_HELP = (
     "the draft made cheaper: int8/int4 weights, w8a8 = int8 weights and activations, "
     "-v16k/-v32k scores only the most frequent tokens. "
-    "The output stays the target's; only acceptance and speed change. Default: measured fastest here. "
+    "The output stays the target's; only acceptance and speed change. Default: this machine's (the line under the settings). "
 )
 TARGET_KERNEL_HELP = (
     "how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
@@ -103,6 +120,6 @@ RUNNER_HELP = (
     "how both models' passes run: eager = transformers as it is, a growing cache; static = a preallocated cache, "
     "a few fixed shapes, one read from the device per step; compiled = static with each shape captured once "
     "(CUDA graphs on a GPU, torch.compile on a CPU: minutes the first time). Same tokens; only speed changes. "
-    "Default: measured fastest here, start-up counted. With the w8a8 kernel, compiled made speculative runs "
+    "Default: this machine's (the line under the settings says which and why). With the w8a8 kernel, compiled made speculative runs "
     "1.17x faster once its ~4 minutes of compiling were paid (a 2-core Intel Xeon; docs/benchmarks.md)."
 )

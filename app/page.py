@@ -70,6 +70,7 @@ class Page:
     temperature: gr.Slider
     max_new: gr.Slider
     compare: gr.Checkbox  # run plain decoding after the speculative run
+    defaults_note: gr.HTML  # what the settings start on for this pair and machine, and why (app/advanced.defaults_line)
     # Live tab, folded into Advanced: how a run is made (app/advanced.py sums them up in its label)
     advanced: gr.Accordion
     drafter: gr.Radio
@@ -221,6 +222,7 @@ def _controls(page: Page, default_pair: str, pairs, max_new_tokens: int, pair_no
                     page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8,
                                              label="Max new tokens", elem_id="max-new-tokens")
                     page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
+                page.defaults_note = gr.HTML(advanced.defaults_line(default_pair, pick_device()), elem_id="defaults-line")
         _advanced(page, default_pair, pair_note)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gradio as gr
 
 from specdec.core.config import GenerationConfig
-from specdec.kernels.variants import default_variant
 from specdec.models.pair import pick_device
 from specdec.models.presets import PRESETS
 from specdec.serving import gpu_budget
@@ -138,8 +137,9 @@ def _wire_settings(page: Page) -> None:
         return engine_choice.shown_for(page, engine)
 
     page.pair.change(describe, page.pair, page.pair)
-    # Each pair starts on the draft variant measured fastest for it on this kind of machine.
-    page.pair.change(lambda name: default_variant(name, pick_device()), page.pair, page.draft_variant)
+    # Each pair starts on its fastest exact configuration measured on this kind of machine, and says which.
+    page.pair.change(lambda name: advanced.pair_defaults(name, pick_device()), page.pair,
+                     [*(getattr(page, name) for name in advanced.PAIR_CONTROLS), page.defaults_note])
     page.plain_int4.change(lambda on: gr.update(visible=bool(on)), page.plain_int4, page.lossy_lane, concurrency_limit=None)
     page.engine.change(on_engine, page.engine, [page.engine_urls, page.start_llamacpp, page.engine_note], concurrency_limit=None)
     page.start_llamacpp.click(engine_choice.start_llamacpp, None, [page.spec_url, page.plain_url, page.engine_note],

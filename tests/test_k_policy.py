@@ -1,5 +1,8 @@
-"""specdec.core.k_policy with hand-made cost tables: K = 0 where drafting cannot pay, K > 0 where it
-does, the choice is the best predicted rate, and the probes bring drafting back."""
+"""specdec.core.k_policy with hand-made cost tables and ones recorded on the two CPU kinds: K = 0 where
+drafting cannot pay, K > 0 where it does, the choice is the best predicted rate, and the probes bring
+drafting back."""
+
+import json
 
 import pytest
 
@@ -148,3 +151,53 @@ def test_plain_decoding_drafts_nothing_whatever_the_policy(k_policy):
     """Nothing drafts: K = 0 every step, with no cost table needed."""
     policy = make_policy(GenerationConfig(k=5, k_policy=k_policy, drafter="none"))
     assert isinstance(policy, FixedK) and policy.choose("").k == 0
+
+
+# Recorded cost tables: the policy's choice on what passes cost on these machines, not on made-up shapes.
+# The AVX2 machine's fp32 target with the bf16 draft (docs/benchmarks.md, "What the cost policy chooses here"):
+# a check of 6 tokens costs 1.9 decode steps and a draft pass 0.32 of one.
+AVX2_FP32 = PassCosts((1, 2, 4, 6, 8), (0.449, 0.697, 0.781, 0.846, 0.954), 0.32 * 0.449, 200, 3)
+# The AVX-512 BF16 machine's w8a8 target with the w8a8-v32k draft (docs/benchmarks.md, "W8A8"): 63.0 ms for one
+# token, 67 ms for six, a draft pass 23.9 ms.
+AVX512_W8A8 = PassCosts((1, 6), (0.063, 0.067), 0.0239, 200, 3)
+
+
+@pytest.mark.parametrize("alpha, k, speedup", [(0.5, 0, 1.00), (0.7, 0, 1.00), (0.8, 3, 1.09), (0.9, 5, 1.35), (0.95, 7, 1.54)])
+def test_the_recorded_avx2_table_gives_the_choices_docs_print(alpha, k, speedup):
+    """Where the check costs about two decode steps and a draft pass a third of one, drafting pays only
+    at an acceptance of about 4 in 5 or more: K = 0 below it (the table in docs/benchmarks.md)."""
+    choice = best_choice(alpha, AVX2_FP32.draft_s, AVX2_FP32, 7)
+    assert choice.k == k and choice.paused == (k == 0)
+    assert choice.predicted_tok_s * AVX2_FP32.decode_step_s == pytest.approx(speedup, abs=0.006)
+
+
+def test_on_the_recorded_avx2_table_drafts_that_miss_stop_the_drafting(tmp_path):
+    """The AVX2 table read from a cost file as a run reads it: drafting from the prior (0.8), and once the
+    drafts keep missing, K = 0 (plain steps) until the scheduled probe."""
+    from specdec.measure import cost_table
+
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"format": cost_table.FORMAT, "version": cost_table.VERSION, "costs": {
+        "sizes": list(AVX2_FP32.sizes), "target_s": list(AVX2_FP32.target_s), "draft_s": AVX2_FP32.draft_s,
+        "context": 200, "repeats": 3}}), encoding="utf-8")
+    policy = make_policy(GenerationConfig(k=5, k_policy="cost", k_max=16), cost_table.read(path))
+    assert isinstance(policy, CostK) and policy.k_max == 7  # one less than its largest pass, 8 tokens
+    first = policy.choose()
+    assert first.k == 3  # the prior's 0.8: the table's K for it
+    policy.update(first, first.k, 0)  # the first draft token rejected
+    ks = []
+    for _ in range(CostK.PROBE_AFTER + 1):
+        choice = policy.choose()
+        ks.append(choice.k)
+        policy.update(choice, choice.k, 0)
+    assert ks == [0] * CostK.PROBE_AFTER + [1]  # plain steps, then one probe of K = 1
+    assert policy.choose() == Choice(0, 1 / AVX2_FP32.decode_step_s, paused=True)
+
+
+def test_a_recorded_table_where_drafting_pays_drafts():
+    """A flat check (6 tokens cost 1.06 decode steps) and a draft at 0.38 of a decode step: K > 0 from
+    the prior on, predicted faster than plain."""
+    policy = make_policy(GenerationConfig(k=5, k_policy="cost", k_max=16), AVX512_W8A8)
+    choice = policy.choose()
+    assert policy.k_max == 5 and choice.k > 0 and not choice.paused  # at most one less than its largest pass
+    assert choice.predicted_tok_s > 1 / AVX512_W8A8.decode_step_s

@@ -12,7 +12,6 @@ from conftest import run_checked, tokens
 from specdec.kernels import quant
 from specdec.kernels import variant_store
 from specdec.kernels import device_offer, variants, w8a8_build
-from specdec.models import machine
 from specdec.core.acceptance import speculative_sample
 from specdec.core.config import GenerationConfig
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, module_bytes, quantize, unpack_nibbles
@@ -341,13 +340,3 @@ def test_stored_files_are_listed_with_size_and_hash(tiny_pair, tmp_path):
         assert entry == {"size": (folder / name).stat().st_size, "sha256": variant_store.file_digest(folder / name)}
     assert set(marker["built_from"]["versions"]) == {"torch", "transformers", "safetensors"}
     assert marker["built_from"]["source"] == {"sha256": "tiny", "format": 1}
-
-
-def test_default_is_the_recorded_decision(monkeypatch):
-    assert all(parse_variant(v) for v in variants.MEASURED_DEFAULTS.values())
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu-avx512_bf16")
-    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "int4"
-    assert variants.default_variant("tiny-random", cpu) == "bf16"  # not measured: the stock draft
-    monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu")  # an AVX2-only CPU
-    assert variants.default_variant("qwen2.5-coder-1.5b/0.5b", cpu) == "bf16"

@@ -32,7 +32,8 @@ from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
-from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
+from specdec.kernels.machine_defaults import default_variant
+from specdec.kernels.variants import draft_model, parse_variant, resident_gb, target_model
 from specdec.measure.metrics import summarize
 from specdec.models.pair import ModelPair
 

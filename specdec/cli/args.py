@@ -11,7 +11,7 @@ import os
 from specdec.core.config import DRAFTERS, K_POLICIES, MAX_K, RUNNERS, GenerationConfig
 from specdec.core.variant_names import needs_w8a8
 from specdec.kernels import device_offer, w8a8_build
-from specdec.kernels.variants import default_variant
+from specdec.kernels.machine_defaults import default_variant
 from specdec.models.presets import DEFAULT_PAIR, PRESETS
 
 
@@ -106,7 +106,7 @@ def runner_names(args, pair=None) -> list[str]:
     """--runner as a list (validated), or the measured default for the pair's device (eager before
     a pair is loaded)."""
     from specdec.core.config import parse_runner
-    from specdec.kernels.runner_defaults import default_runner
+    from specdec.kernels.machine_defaults import default_runner
 
     given = [parse_runner(r.strip()) for r in (getattr(args, "runner", None) or "").split(",") if r.strip()]
     return list(dict.fromkeys(given)) or [default_runner(pair.device) if pair is not None else "eager"]

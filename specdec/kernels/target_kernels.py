@@ -46,7 +46,7 @@ FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
 
 # Activation dtype of the quantized kernels by kind of machine (specdec.models.machine.machine_kind), measured
 # per machine (docs/benchmarks.md, "Target kernels"); a machine not listed takes bf16 on a CPU.
-ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
+ACTIVATION = {"cpu-avx2": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
 
 
 def kernel_target(pair, name: str) -> nn.Module:

@@ -34,7 +34,6 @@ from specdec.kernels import w8a8_build
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
-from specdec.models import machine
 from specdec.models.vocab_subset import frequency_order, subset_ids
 
 
@@ -159,16 +158,3 @@ def head_ids(pair, spec: VariantSpec) -> torch.Tensor:
 
 def resident_gb(model: nn.Module | None) -> float | None:
     return None if model is None else module_bytes(model) / 1e9
-
-
-# --- the measured default -------------------------------------------------------------------------
-
-# The recorded decision (docs/benchmarks.md, "The default draft variant"): the variant that won the
-# bench prompt set, per pair and kind of machine it was measured on (machine.machine_kind). Anything not measured keeps
-# the stock draft (a variant that helps one pair may hurt another: tiny-random's random weights
-# lose most of their agreement in int4).
-MEASURED_DEFAULTS = {("qwen2.5-coder-1.5b/0.5b", "cpu-avx512_bf16"): "int4"}
-
-
-def default_variant(pair_name: str, device: torch.device) -> str:
-    return MEASURED_DEFAULTS.get((pair_name, machine.machine_kind(device)), "bf16")

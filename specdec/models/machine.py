@@ -82,10 +82,14 @@ def zero_gpu(environ=None) -> bool:
 
 
 def machine_kind(device) -> str:
-    """cuda | cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX) | cpu, for a torch.device."""
+    """The kind of machine measured defaults are keyed on, for a torch.device: its type off the CPU
+    (cuda, mps); cpu-avx512_bf16 (native bf16: AVX-512 BF16 or AMX); cpu-avx2 (AVX2 without native
+    bf16); cpu (anything else: another instruction set, or flags that cannot be read)."""
     if device.type != "cpu":
         return device.type
-    return "cpu-avx512_bf16" if native_bf16() else "cpu"
+    if native_bf16():
+        return "cpu-avx512_bf16"
+    return "cpu-avx2" if "avx2" in cpu_flags() else "cpu"
 
 
 def machine_info(pair) -> dict:

@@ -1,8 +1,8 @@
 """What the app loads before its first visitor.
 
-Anywhere but ZeroGPU: the default pair and its default draft variant, on the torch thread (where
-every run will use them; specdec.serving.torch_thread says why). Other pairs, variants and
-kernels are built when first asked for.
+Anywhere but ZeroGPU: the default pair with the target kernel and draft variant the page starts on
+(specdec.kernels.machine_defaults), on the torch thread (where every run will use them;
+specdec.serving.torch_thread says why). Other pairs, variants and kernels are built when first asked for.
 
 On ZeroGPU the app's process has no GPU. The `spaces` package stands in for CUDA there with a
 torch function mode entered in the thread that imported it (the main thread) and in no other: a
@@ -21,8 +21,9 @@ import threading
 import torch
 
 from specdec.kernels import device_offer
+from specdec.kernels.machine_defaults import defaults_for
 from specdec.kernels.target_kernels import kernel_target
-from specdec.kernels.variants import default_variant, draft_model
+from specdec.kernels.variants import draft_model
 from specdec.models import machine
 from specdec.models.dtypes import dtype_name
 from specdec.models.pair import ModelPair, build_pair
@@ -38,10 +39,12 @@ def preload(store: PairStore) -> list[str]:
     if machine.zero_gpu():
         return place_for_zero_gpu(store)
     pair = store.get(store.default)
-    variant = default_variant(pair.name, pair.device)
-    if pair.draft is not None:  # from its disk cache, or built once
-        torch_thread.call(draft_model, pair, variant)
-    return [f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}, draft variant {variant}"]
+    chosen = defaults_for(pair.device, pair.name)  # what the page starts on (specdec.kernels.machine_defaults)
+    torch_thread.call(kernel_target, pair, chosen.target_kernel)  # from its disk cache, or built once
+    if pair.draft is not None:
+        torch_thread.call(draft_model, pair, chosen.draft_variant)
+    loaded = f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}"
+    return [f"{loaded}, target kernel {chosen.target_kernel}, draft variant {chosen.draft_variant}"]
 
 
 def place_for_zero_gpu(store: PairStore, device: torch.device = CUDA) -> list[str]:
