@@ -111,8 +111,8 @@ def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
 
 POSITIONS_CAPTION = (
     "**Acceptance by draft position**: of the steps where a drafter's k-th token was judged (it drafted "
-    "k tokens and the target kept the first k - 1), the share where the target kept it too; hover a point "
-    "for how many steps that is. "
+    "k tokens and the target kept the first k - 1), the share where the target kept it too; the number by "
+    "each point is how many steps judged that position (hover for the kept count). "
     "**Accepted drafts per step**: for each drafter, the share of its drafting steps that kept 0, 1, 2 ... "
     "of its drafts (steps with nothing drafted are left out of both)."
 )
@@ -123,16 +123,18 @@ def _drafter_label(name: str) -> str:
 
 
 def position_figure(events: Sequence[StepEvent] | None) -> go.Figure:
-    """One line per drafter: accepted / tested at draft positions 1..K, the count tested on hover."""
+    """One line per drafter: accepted / tested at draft positions 1..K, the count tested beside each point."""
     figures = by_drafter(events or [])
     colours = palette.drafter_colours(figures)
-    fig = titled_figure("Acceptance by draft position", "draft position k", "accepted / tested",
+    fig = titled_figure("Acceptance by draft position", "draft position k", "accepted / tested", showlegend=True,  # even for one drafter: its name
                         yaxis=dict(title=dict(text="accepted / tested"), range=[0, 1.05], tickformat=".0%", dtick=0.25, **_AXIS))
     fig.layout.xaxis.dtick = 1
     for name, f in figures.items():
         fig.add_scatter(
-            x=list(range(1, len(f.tested) + 1)), y=list(f.rates), name=_drafter_label(name), mode="lines+markers",
+            x=list(range(1, len(f.tested) + 1)), y=list(f.rates), name=_drafter_label(name), mode="lines+markers+text",
             line=dict(color=colours[name], width=2), marker=dict(size=8, color=colours[name]),
+            text=[str(t) for t in f.tested], textposition="top center", textfont=dict(size=10, color=colours[name]),
+            cliponaxis=False,  # a point at 0% or 100% drawn whole
             customdata=[[a, t] for a, t in zip(f.accepted, f.tested)],
             hovertemplate="position %{x}: %{customdata[0]} kept of %{customdata[1]} tested (%{y:.0%})",
         )
@@ -144,9 +146,10 @@ def accepted_lengths_figure(events: Sequence[StepEvent] | None) -> go.Figure:
     figures = by_drafter(events or [])
     colours = palette.drafter_colours(figures)
     fig = titled_figure("Accepted drafts per step", "drafts accepted in one step", "share of the drafter's steps",
-                        barmode="group", bargap=0.15,
+                        barmode="group", bargap=0.15, showlegend=True,
                         yaxis=dict(title=dict(text="share of the drafter's steps"), rangemode="tozero", tickformat=".0%", **_AXIS))
     fig.layout.xaxis.dtick = 1
+    fig.layout.xaxis.zeroline = False  # it would run through the bar at 0
     for name, f in figures.items():
         fig.add_bar(
             x=list(range(len(f.lengths))), y=[n / f.steps for n in f.lengths], name=_drafter_label(name),

@@ -117,9 +117,9 @@ def test_position_figure_has_a_line_per_drafter_in_its_colour(two_drafters):
     assert [list(c) for c in model.customdata] == [[2, 3], [1, 2], [1, 1]]  # kept, tested: shown on hover
     assert list(head.y) == pytest.approx([1.0, 1.0, 1 / 2]) and list(lookup.y) == [0.0]
     assert [t.line.color for t in (model, head, lookup)] == [palette.DRAFTER_COLOURS[n] for n in ("model", "head", "lookup")]
-    assert "tested" in model.hovertemplate
+    assert "tested" in model.hovertemplate and list(model.text) == ["3", "2", "1"]  # how many steps judged each position
     fig = position_figure(two_drafters)
-    assert tuple(fig.layout.yaxis.range) == (0, 1.05)
+    assert tuple(fig.layout.yaxis.range) == (0, 1.05) and fig.layout.showlegend  # the legend names the drafters
 
 
 def test_accepted_lengths_figure_shares_per_drafter(two_drafters):
