@@ -152,7 +152,7 @@ def accepted_lengths_figure(events: Sequence[StepEvent] | None) -> go.Figure:
     fig.layout.xaxis.zeroline = False  # it would run through the bar at 0
     for name, f in figures.items():
         fig.add_bar(
-            x=list(range(len(f.lengths))), y=[n / f.steps for n in f.lengths], name=_drafter_label(name),
+            x=list(range(len(f.lengths))), y=list(f.length_shares), name=_drafter_label(name),
             marker_color=colours[name], customdata=[[n, f.steps] for n in f.lengths],
             hovertemplate="%{x} accepted: %{customdata[0]} of %{customdata[1]} steps (%{y:.0%})",
         )

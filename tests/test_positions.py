@@ -42,6 +42,7 @@ def test_model_positions_count_only_judged_drafts(two_drafters):
     assert model.accepted == (2, 1, 1, 1)
     assert model.rates == pytest.approx((2 / 3, 1 / 2, 1.0, 1.0))
     assert model.lengths == (1, 1, 0, 0, 1)  # kept 0, 1 and 4 drafts once each
+    assert model.length_shares == pytest.approx((1 / 3, 1 / 3, 0, 0, 1 / 3))
 
 
 def test_lookup_apart_from_the_model(two_drafters):

@@ -36,6 +36,11 @@ class PositionAcceptance:
         """accepted / tested at each position (None where nothing was tested there)."""
         return tuple(a / t if t else None for a, t in zip(self.accepted, self.tested))
 
+    @property
+    def length_shares(self) -> tuple[float, ...]:
+        """lengths as a share of the drafter's drafting steps (they add up to 1)."""
+        return tuple(n / self.steps for n in self.lengths)
+
     def as_dict(self) -> dict:
         return {"drafter": self.drafter, "steps": self.steps, "tested": list(self.tested),
                 "accepted": list(self.accepted), "rates": list(self.rates), "lengths": list(self.lengths)}
