@@ -17,8 +17,10 @@ import plotly.graph_objects as go
 from specdec.core.events import StepEvent
 from specdec.measure.metrics import estimate_alpha
 from specdec.core.theory import expected_pass_counts
+from specdec.measure.positions import by_drafter
 
 from . import palette
+from .advanced import SHORT_DRAFTERS
 
 HEIGHT = 260
 _AXIS = dict(gridcolor="rgba(128,128,128,0.25)", zerolinecolor="rgba(128,128,128,0.4)")
@@ -102,4 +104,56 @@ def tokens_per_pass_figure(events: Sequence[StepEvent] | None) -> go.Figure:
         fig.add_scatter(x=x, y=[expected[n - 1] if n <= len(expected) else 0.0 for n in x], name="predicted from \u03b1",
                         mode="markers+lines", line=dict(color="#9ca3af", dash="dot", width=1),
                         marker=dict(symbol="diamond", size=9, color="#9ca3af"))
+    return fig
+
+
+# --- per drafter: acceptance by draft position, accepted lengths (specdec/measure/positions.py) ---
+
+POSITIONS_CAPTION = (
+    "**Acceptance by draft position**: of the steps where a drafter's k-th token was judged (it drafted "
+    "k tokens and the target kept the first k - 1), the share where the target kept it too; the number by "
+    "each point is how many steps judged that position (hover for the kept count). "
+    "**Accepted drafts per step**: for each drafter, the share of its drafting steps that kept 0, 1, 2 ... "
+    "of its drafts (steps with nothing drafted are left out of both)."
+)
+
+
+def _drafter_label(name: str) -> str:
+    return SHORT_DRAFTERS.get(name, name)
+
+
+def position_figure(events: Sequence[StepEvent] | None) -> go.Figure:
+    """One line per drafter: accepted / tested at draft positions 1..K, the count tested beside each point."""
+    figures = by_drafter(events or [])
+    colours = palette.drafter_colours(figures)
+    fig = titled_figure("Acceptance by draft position", "draft position k", "accepted / tested", showlegend=True,  # even for one drafter: its name
+                        yaxis=dict(title=dict(text="accepted / tested"), range=[0, 1.05], tickformat=".0%", dtick=0.25, **_AXIS))
+    fig.layout.xaxis.dtick = 1
+    for name, f in figures.items():
+        fig.add_scatter(
+            x=list(range(1, len(f.tested) + 1)), y=list(f.rates), name=_drafter_label(name), mode="lines+markers+text",
+            line=dict(color=colours[name], width=2), marker=dict(size=8, color=colours[name]),
+            text=[str(t) for t in f.tested], textposition="top center", textfont=dict(size=10, color=colours[name]),
+            cliponaxis=False,  # a point at 0% or 100% drawn whole
+            customdata=[[a, t] for a, t in zip(f.accepted, f.tested)],
+            hovertemplate="position %{x}: %{customdata[0]} kept of %{customdata[1]} tested (%{y:.0%})",
+        )
+    return fig
+
+
+def accepted_lengths_figure(events: Sequence[StepEvent] | None) -> go.Figure:
+    """Grouped bars per drafter: the share of its drafting steps that kept n drafts, the count on hover."""
+    figures = by_drafter(events or [])
+    colours = palette.drafter_colours(figures)
+    fig = titled_figure("Accepted drafts per step", "drafts accepted in one step", "share of the drafter's steps",
+                        barmode="group", bargap=0.15, showlegend=True,
+                        yaxis=dict(title=dict(text="share of the drafter's steps"), rangemode="tozero", tickformat=".0%", **_AXIS))
+    fig.layout.xaxis.dtick = 1
+    fig.layout.xaxis.zeroline = False  # it would run through the bar at 0
+    for name, f in figures.items():
+        fig.add_bar(
+            x=list(range(len(f.lengths))), y=list(f.length_shares), name=_drafter_label(name),
+            marker_color=colours[name], customdata=[[n, f.steps] for n in f.lengths],
+            hovertemplate="%{x} accepted: %{customdata[0]} of %{customdata[1]} steps (%{y:.0%})",
+        )
     return fig

@@ -119,6 +119,8 @@ class Page:
     acc_plot: gr.Plot
     thr_plot: gr.Plot
     tpp_plot: gr.Plot
+    position_plot: gr.Plot  # per drafter: acceptance by draft position
+    lengths_plot: gr.Plot  # per drafter: how many drafts each step kept
 
     # Theory tab (app/theory.py, app/theory_run.py)
     theory_state: gr.State  # a TheorySession
@@ -145,7 +147,7 @@ class Page:
                 self.plain_int4, self.show_rejected]
 
     def plots(self) -> list:
-        return [self.acc_plot, self.thr_plot, self.tpp_plot]
+        return [self.acc_plot, self.thr_plot, self.tpp_plot, self.position_plot, self.lengths_plot]
 
     def theory_outputs(self) -> list:
         return [self.k_curve, self.k_caption, self.codesign, self.codesign_caption, self.passcost_plot,
@@ -322,6 +324,10 @@ def _plots(page: Page) -> None:
         page.acc_plot = gr.Plot(charts.acceptance_figure([]), show_label=False, elem_id="acceptance-plot")
         page.thr_plot = gr.Plot(charts.throughput_figure([], []), show_label=False, elem_id="throughput-plot")
         page.tpp_plot = gr.Plot(charts.tokens_per_pass_figure([]), show_label=False, elem_id="tokens-per-pass-plot")
+    with gr.Row():
+        page.position_plot = gr.Plot(charts.position_figure([]), show_label=False, elem_id="position-plot")
+        page.lengths_plot = gr.Plot(charts.accepted_lengths_figure([]), show_label=False, elem_id="lengths-plot")
+    gr.Markdown(charts.POSITIONS_CAPTION, elem_id="positions-caption")
 
 
 def _theory_tab(page: Page) -> None:

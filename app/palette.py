@@ -7,6 +7,23 @@ BONUS = "#2563eb"  # blue: the target's extra token after a fully accepted draft
 PLAIN = "#6b7280"  # neutral grey: a token from plain decoding (no draft)
 SPECULATIVE = "#7c3aed"  # violet: the speculative run as a whole (throughput line, tokens-per-pass bars)
 
+# Who drafted (the by-position and accepted-length charts): keyed by StepEvent.drafter, so a new
+# drafter gets the next spare colour until it is given its own. Each reaches contrast 3 as a line on
+# a white and on a near-black page (tests/test_charts.py).
+DRAFTER_COLOURS = {
+    "model": "#6366f1",  # indigo: the draft model
+    "lookup": "#9a6b3f",  # brown: prompt lookup
+    "head": "#c026d3",  # fuchsia: a head trained on the target's features
+}
+SPARE_DRAFTER_COLOURS = ("#64748b", "#0e7490", "#b45309")  # slate, dark cyan, burnt orange: drafters not named above
+
+
+def drafter_colours(names) -> dict[str, str]:
+    """name -> colour for the drafters of one run: their own, else the spare ones in order of appearance."""
+    names = list(names)
+    spare = iter(SPARE_DRAFTER_COLOURS * (1 + len(names)))  # more drafters than spares: the spares repeat
+    return {name: DRAFTER_COLOURS.get(name) or next(spare) for name in names}
+
 # Token class -> colour; render.py and the CSS use exactly these class names.
 TOKEN_COLOURS = {
     "accepted": ACCEPTED,

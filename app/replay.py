@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 MIN_FRAME_S = 0.05  # at most 20 frames a second, however dense the recorded events are
 STATUS_EVERY_S = 0.25  # the replay clock in the status line ticks this often between events
-PLOT_EVERY_S = 0.3  # the three figures are the heavy part of a frame: redraw them this often
+PLOT_EVERY_S = 0.3  # the figures are the heavy part of a frame: redraw them this often
 
 
 class ReplayControl:

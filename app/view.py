@@ -95,7 +95,7 @@ def lossy_note(view: RunView) -> str:
 
 
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
-    """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
+    """Updates for every output of a run; the figures only when `plots` (they are heavy)."""
     plain = summarize(view.plain) if view.plain else None
     spec = summarize_runs(view.spec, view.plain, view.decode_step_s)  # costs in the plain run's decode steps
     stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
@@ -116,4 +116,6 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
         out[page.acc_plot] = charts.acceptance_figure(view.spec)
         out[page.thr_plot] = charts.throughput_figure(view.spec, view.plain)
         out[page.tpp_plot] = charts.tokens_per_pass_figure(view.spec)
+        out[page.position_plot] = charts.position_figure(view.spec)
+        out[page.lengths_plot] = charts.accepted_lengths_figure(view.spec)
     return out

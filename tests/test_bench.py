@@ -62,6 +62,23 @@ def test_our_greedy_modes_equal_plain(report):
         assert by[p["id"], "hf_assisted"]["tokens"] == plain["tokens"]
 
 
+def test_rows_carry_acceptance_by_position(report):
+    rows = {(r["prompt"], r["mode"]): r for r in report["results"]}
+    for p in PROMPTS:
+        for mode in ("plain", "hf_assisted"):  # nothing drafted, or no steps known
+            assert rows[p["id"], mode]["acceptance_by_position"] is None
+        spec = rows[p["id"], "spec"]
+        rates, tested = spec["acceptance_by_position"], spec["tested_by_position"]
+        assert 1 <= len(rates) == len(tested) <= 4  # K = 4
+        assert tested == sorted(tested, reverse=True) and tested[0] > 0  # a deeper position is judged no more often
+        assert all(r is None or 0 <= r <= 1 for r in rates)
+    pooled = report["summary"]["acceptance_by_position"]
+    assert {"spec", "best"} <= pooled.keys() and "plain" not in pooled
+    per_prompt = [rows[p["id"], "spec"]["tested_by_position"] for p in PROMPTS]
+    assert pooled["spec"]["tested"] == [sum(t[i] for t in per_prompt if i < len(t)) for i in range(len(pooled["spec"]["tested"]))]
+    assert "acceptance by draft position 1..K" in table(report)
+
+
 def test_bad_prompt_file(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"id": "x"}]))

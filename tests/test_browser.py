@@ -122,8 +122,9 @@ def test_generate_streams_coloured_tokens_stats_and_plots(page):
         assert "identical to plain decoding" in badge or tie, badge
     assert f"({DTYPE})" in page.locator("#status").inner_text()  # the override reached the app
     assert "per-token acceptance" in page.locator("#stats").inner_text() and "drafts accepted" in page.locator("#stats").inner_text()
-    for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot"):
+    for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot", "position-plot", "lengths-plot"):
         assert page.locator(f"#{plot} .js-plotly-plot .trace").count() > 0, plot
+    assert "Acceptance by draft position" in page.locator("#positions-caption").inner_text()
     title = spec.locator(".tok-rejected").first.get_attribute("title")
     assert "p_target" in title and "p_draft" in title
     ARTIFACTS.mkdir(exist_ok=True)
@@ -255,3 +256,20 @@ def test_theory_tab_measures_pass_costs_and_sweeps_k(page):
     assert "measured by Sweep K" in page.locator("#k-caption").inner_text()
     page.screenshot(path=str(ARTIFACTS / f"theory-tiny-random-{DTYPE}.png"), full_page=True)
     page.get_by_role("tab", name="Live").click()
+
+
+def test_each_drafter_gets_its_own_line_and_bars(page):
+    """Drafter auto on a prompt that repeats itself: prompt lookup drafts the first step (the last
+    line matches an earlier one), the draft model the steps it finds nothing; the per-drafter charts
+    draw one trace each. Last in the module: it leaves the drafter on auto."""
+    page.locator("#prompt textarea").fill("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(a, b):")
+    open_advanced(page)
+    page.locator("#drafter").get_by_text("auto").click()
+    set_max_new_tokens(page, 48)
+    page.click("#generate")
+    page.wait_for_selector("#stats .badge", timeout=120_000)
+    for plot in ("position-plot", "lengths-plot"):
+        page.wait_for_function(f"document.querySelectorAll('#{plot} .js-plotly-plot .trace').length == 2", timeout=30_000)
+        legend = page.locator(f"#{plot} .legend").text_content()  # an SVG group: no inner text
+        assert "prompt lookup" in legend and "draft model" in legend, legend
+    page.locator("#position-plot").screenshot(path=str(ARTIFACTS / f"browser-positions-{DTYPE}.png"))

@@ -74,7 +74,7 @@ def test_run_export_reload_upload_and_replay_at_2x(browser, app_url, tmp_path):
     upload(page, saved)
     assert spec_html(page) == live_html  # the same spans, classes and tooltips as the live run
     assert page.locator("#stats").inner_text() == live_stats
-    for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot"):  # plotly draws after the panes
+    for plot in ("acceptance-plot", "throughput-plot", "tokens-per-pass-plot", "position-plot", "lengths-plot"):  # plotly draws after the panes
         page.wait_for_selector(f"#{plot} .js-plotly-plot .trace", timeout=30_000)
         assert page.locator(f"#{plot} .js-plotly-plot .trace").count() > 0, plot
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app import palette
-from app.charts import HEIGHT, acceptance_figure, throughput_figure, tokens_per_pass_figure
+from app.charts import (HEIGHT, accepted_lengths_figure, acceptance_figure, position_figure, throughput_figure,
+                        tokens_per_pass_figure)
 from specdec.core.events import BONUS, CORRECTION, PLAIN
 
 from test_render import make_events  # tests/ has no __init__.py: pytest puts it on sys.path
@@ -72,6 +73,8 @@ def test_tokens_per_pass_figure(spec_events):
     lambda: throughput_figure(None, None),
     lambda: throughput_figure([], []),
     lambda: tokens_per_pass_figure([]),
+    lambda: position_figure(None),
+    lambda: accepted_lengths_figure([]),
 ])
 def test_empty_figures_have_titles_and_no_points(build):
     fig = build()
@@ -80,7 +83,8 @@ def test_empty_figures_have_titles_and_no_points(build):
     fig.to_json()  # serialisable for gr.Plot
 
 
-@pytest.mark.parametrize("build", [acceptance_figure, lambda e: throughput_figure(e, e), tokens_per_pass_figure])
+@pytest.mark.parametrize("build", [acceptance_figure, lambda e: throughput_figure(e, e), tokens_per_pass_figure,
+                                   position_figure, accepted_lengths_figure])
 def test_figures_are_valid_plotly_although_built_without_validation(build, spec_events):
     import plotly.graph_objects as go
 
@@ -88,3 +92,52 @@ def test_figures_are_valid_plotly_although_built_without_validation(build, spec_
     checked = go.Figure(fig.to_plotly_json())  # the validating constructor raises on a misspelt property
     assert checked.to_plotly_json() == fig.to_plotly_json()
     assert fig.layout.yaxis.title.text and fig.layout.uirevision == "keep"
+
+
+@pytest.fixture
+def two_drafters(spec_events):
+    """The fixture's steps drafted by the draft model, then by a head, then one lookup step."""
+    from dataclasses import replace
+
+    head = make_events([(["a", "b", "c"], 2, "d", CORRECTION), (["e", "f", "g"], 3, "h", BONUS), (["i"], 0, "j", CORRECTION)])
+    steps = [replace(e, drafter="model" if e.n_drafted else "") for e in spec_events]
+    steps += [replace(e, drafter=name) for e, name in zip(head, ["head", "head", "lookup"])]
+    total = 0
+    for i, e in enumerate(steps):  # one run: steps and totals in order
+        total += len(e.emitted)
+        steps[i] = replace(e, step=i, total_tokens=total)
+    return steps
+
+
+def test_position_figure_has_a_line_per_drafter_in_its_colour(two_drafters):
+    model, head, lookup = position_figure(two_drafters).data
+    assert (model.name, head.name, lookup.name) == ("draft model", "head", "prompt lookup")
+    # model: drafted 3 (all kept), 3 (kept 1), 2 (none kept): position 1 tested 3 times, kept twice
+    assert list(model.x) == [1, 2, 3] and list(model.y) == pytest.approx([2 / 3, 1 / 2, 1.0])
+    assert [list(c) for c in model.customdata] == [[2, 3], [1, 2], [1, 1]]  # kept, tested: shown on hover
+    assert list(head.y) == pytest.approx([1.0, 1.0, 1 / 2]) and list(lookup.y) == [0.0]
+    assert [t.line.color for t in (model, head, lookup)] == [palette.DRAFTER_COLOURS[n] for n in ("model", "head", "lookup")]
+    assert "tested" in model.hovertemplate and list(model.text) == ["3", "2", "1"]  # how many steps judged each position
+    fig = position_figure(two_drafters)
+    assert tuple(fig.layout.yaxis.range) == (0, 1.05) and fig.layout.showlegend  # the legend names the drafters
+
+
+def test_accepted_lengths_figure_shares_per_drafter(two_drafters):
+    model, head, lookup = accepted_lengths_figure(two_drafters).data
+    assert list(model.x) == [0, 1, 2, 3] and list(model.y) == pytest.approx([1 / 3, 1 / 3, 0, 1 / 3])
+    assert [list(c) for c in model.customdata] == [[1, 3], [1, 3], [0, 3], [1, 3]]
+    assert list(head.y) == pytest.approx([0, 0, 1 / 2, 1 / 2]) and list(lookup.y) == [1.0, 0.0]  # kept 0 of 1
+    assert model.marker.color == palette.DRAFTER_COLOURS["model"]
+
+
+def test_a_drafter_without_a_colour_of_its_own_gets_a_spare_one():
+    colours = palette.drafter_colours(["model", "eagle", "mtp"])
+    assert colours["model"] == palette.DRAFTER_COLOURS["model"]
+    assert colours["eagle"] != colours["mtp"] and {colours["eagle"], colours["mtp"]} <= set(palette.SPARE_DRAFTER_COLOURS)
+
+
+@pytest.mark.parametrize("colour", [*palette.DRAFTER_COLOURS.values(), *palette.SPARE_DRAFTER_COLOURS])
+def test_drafter_colours_read_as_lines_in_both_themes(colour):
+    line = palette.parse_colour(colour)
+    for page in ("#ffffff", "#0b0f19"):
+        assert palette.contrast(line, palette.parse_colour(page)) >= 3, (colour, page)

@@ -44,6 +44,9 @@ def test_json_round_trip_gives_back_the_same_run(record):
     assert {"settings", "pair", "machine", "runs", "metrics"} <= set(data)
     assert data["metrics"]["speculative"]["tokens"] == record.spec[-1].total_tokens
     assert data["metrics"]["identical_to_plain"] is True  # tiny-random in fp32: exact parity
+    model = data["metrics"]["acceptance_by_position"]["model"]  # the speculative run's, per drafter
+    assert model["tested"][0] == model["steps"] == sum(1 for e in record.spec if e.n_drafted)
+    assert sum(model["accepted"]) == sum(e.accepted for e in record.spec)
     back = rec.from_json(text)
     assert back.spec == record.spec and back.plain == record.plain  # every field of every event, floats exact
     assert back.config == record.config and back.prompt == record.prompt
@@ -102,7 +105,7 @@ def test_csv_has_one_row_per_step_with_the_documented_columns(record):
         for r, e in zip(lane_rows, events):
             assert (int(r["drafted"]), int(r["accepted"]), int(r["rejected"]), int(r["emitted"])) == (
                 len(e.drafted), e.accepted, len(e.drafted) - e.accepted, len(e.emitted))
-            assert r["kind"] == e.kind and int(r["total_tokens"]) == e.total_tokens
+            assert r["kind"] == e.kind and r["drafter"] == e.drafter and int(r["total_tokens"]) == e.total_tokens
             assert r["text"] == "".join(e.emitted_text)  # newlines and quotes survive the CSV quoting
             assert float(r["elapsed_s"]) == pytest.approx(e.elapsed_s, abs=1e-6)
     readme = (ROOT / "docs" / "presenting.md").read_text()

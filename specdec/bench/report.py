@@ -13,6 +13,7 @@ from specdec.bench.modes import OUR_MODES
 from specdec.bench.policies import split_mode
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
+from specdec.measure.positions import position_acceptance
 from specdec.models.machine import REPORTED_FLAGS
 
 
@@ -90,6 +91,7 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
         "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].accepted_share is not None},
+        "acceptance_by_position": pooled_positions(events, modes, prompts),
     }
     pairs = {p: (events[p, spec_mode], events[p, "plain"]) for p in prompts if (p, spec_mode) in events}
     summary["leviathan"] = leviathan(pairs) if pairs else None
@@ -117,6 +119,17 @@ def cost_ratios(events: dict, modes, prompts) -> dict:
                 cs.append(m.draft_pass_s / plain.target_pass_s)
         if cs:
             out[mode] = statistics.median(cs)
+    return out
+
+
+def pooled_positions(events: dict, modes, prompts) -> dict:
+    """mode -> accepted / tested at each draft position, the steps of every prompt counted together
+    (a mean of per-prompt rates would weigh a prompt's few deep drafts like another's many)."""
+    out = {}
+    for mode in modes:
+        pooled = position_acceptance([e for p in prompts for e in events.get((p, mode), [])])
+        if pooled.steps:
+            out[mode] = {"rates": list(pooled.rates), "tested": list(pooled.tested)}
     return out
 
 
@@ -204,6 +217,9 @@ def summary_lines(report: dict) -> list[str]:
         lines.append("geomean vs hf_assisted (stock draft): " + ", ".join(f"{m} {v:.2f}x" for m, v in s["vs_hf_assisted"].items() if v))
     if s["cost_ratio_c"]:
         lines.append("c (drafting per token / plain decode step, median): " + ", ".join(f"{m} {v:.3f}" for m, v in s["cost_ratio_c"].items()))
+    if s.get("acceptance_by_position"):
+        lines.append("acceptance by draft position 1..K (all prompts' steps): " + "; ".join(
+            f"{m} " + " ".join("-" if r is None else f"{r:.0%}" for r in v["rates"]) for m, v in s["acceptance_by_position"].items()))
     if s["draft_memory_gb"]:
         lines.append("draft resident memory: " + ", ".join(f"{m} {v:.2f} GB" for m, v in s["draft_memory_gb"].items()))
     lines += fastest_lines(s.get("fastest_exact")) + faithfulness_lines(s)

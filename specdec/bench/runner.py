@@ -35,6 +35,7 @@ from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.machine_defaults import default_variant
 from specdec.kernels.variants import draft_model, parse_variant, resident_gb, target_model
 from specdec.measure.metrics import summarize
+from specdec.measure.positions import position_acceptance
 from specdec.models.pair import ModelPair
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json")
@@ -61,6 +62,8 @@ class Result:
     top1_agree_bf16: float | None = None  # plain modes: top-1 agreement with bf16 plain's output under teacher forcing
     top1_agree_bf16_untied: float | None = None  # the same where bf16's own top-2 logits are not tied (specdec.measure.faithfulness)
     bf16_tied: int | None = None  # positions of bf16 plain's output where its own top-2 logits are tied
+    acceptance_by_position: list[float | None] | None = None  # accepted / tested at draft positions 1..K, all drafters (None: nothing drafted, or no steps known)
+    tested_by_position: list[int] | None = None  # how many steps judged each position (specdec.measure.positions)
 
 
 # --- running one mode -----------------------------------------------------------------------------
@@ -274,6 +277,8 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
         target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
         runner=runner if split_mode(mode)[0] in OUR_MODES else None,
     )
+    if first.get("events") and (positions := position_acceptance(first["events"])).steps:  # transformers' modes have no steps
+        result.acceptance_by_position, result.tested_by_position = list(positions.rates), list(positions.tested)
     faithful.describe_difference(result, first, reference, runs["plain"][0], pair.dtype_name)
     return result
 

@@ -21,6 +21,7 @@ from specdec.measure.compare import first_difference
 from specdec.core.config import GenerationConfig
 from specdec.core.events import StepEvent, check_invariants
 from specdec.measure.metrics import summarize, summarize_runs
+from specdec.measure.positions import by_drafter
 
 FORMAT = "specdec-run"  # the "format" field: what kind of file this is
 VERSION = 1  # the "version" field: bumped whenever a field changes meaning or is removed
@@ -31,6 +32,7 @@ CSV_COLUMNS = (
     ("run", "speculative or plain"),
     ("step", "0-based index of the target forward pass"),
     ("k", "draft length asked for this step (0 for plain decoding)"),
+    ("drafter", "who drafted this step: model, lookup, head ... (empty: nothing drafted)"),
     ("drafted", "draft tokens proposed"),
     ("accepted", "draft tokens the target kept (a prefix of the drafted ones)"),
     ("rejected", "draft tokens the target turned down"),
@@ -66,7 +68,8 @@ class RunRecord:
         spec = summarize_runs(self.spec, self.plain, self.decode_step_s)  # c in the plain run's decode steps
         plain = summarize(self.plain) if self.plain else None
         out = {"speculative": spec.as_dict(), "plain": plain.as_dict() if plain else None,
-               "speedup": None, "identical_to_plain": None, "first_difference": None}
+               "speedup": None, "identical_to_plain": None, "first_difference": None,
+               "acceptance_by_position": {name: f.as_dict() for name, f in by_drafter(self.spec).items()}}
         if plain is not None and plain.tokens_per_s > 0:
             out["speedup"] = spec.tokens_per_s / plain.tokens_per_s
         if plain is not None and not self.stopped and self.config.greedy:
@@ -263,7 +266,7 @@ def csv_rows(record: RunRecord) -> list[dict]:
     for lane, events in zip(LANES, (record.spec, record.plain)):
         for e in events:
             rows.append({
-                "run": lane, "step": e.step, "k": e.k, "drafted": e.n_drafted, "accepted": e.accepted,
+                "run": lane, "step": e.step, "k": e.k, "drafter": e.drafter, "drafted": e.n_drafted, "accepted": e.accepted,
                 "rejected": e.n_rejected, "emitted": len(e.emitted), "kind": e.kind,
                 "draft_s": _seconds(e.draft_s), "verify_s": _seconds(e.verify_s), "elapsed_s": _seconds(e.elapsed_s),
                 "total_tokens": e.total_tokens, "text": "".join(e.emitted_text),
