@@ -34,10 +34,13 @@ def heads(length: int, cached: int = 9, masked: bool = False, seed: int = 0):
     return q, k, v, mask
 
 
+SCALING = 0.3  # not the default 1 / sqrt(16): the scaling transformers passes is the one used
+
+
 def eager(q, k, v, mask):
     """transformers' eager attention (repeated key/value heads, an additive mask) -> (B, L, H, D)."""
     additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
-    return eager_attention_forward(Heads().eval(), q, k, v, additive, scaling=q.shape[-1] ** -0.5)[0]
+    return eager_attention_forward(Heads().eval(), q, k, v, additive, scaling=SCALING)[0]
 
 
 @pytest.mark.parametrize("length", [1, 2, 6])
@@ -57,7 +60,7 @@ def test_each_device_path_equals_eager_attention_with_a_mask(function, length, m
     """A one-token pass and a check of several rows over cached keys, the mask given as transformers
     gives it (the static runner always gives one), the second sequence left-padded or not."""
     q, k, v, mask = heads(length, masked=masked)
-    got, _ = function(Heads(), q, k, v, mask)
+    got, _ = function(Heads(), q, k, v, mask, dropout=0.0, scaling=SCALING)
     torch.testing.assert_close(got, eager(q, k, v, mask), rtol=1e-5, atol=1e-6)
 
 
@@ -66,7 +69,7 @@ def test_each_device_path_equals_eager_attention_with_a_mask(function, length, m
 def test_each_device_path_equals_eager_attention_without_a_mask(function, length, cached):
     """Where transformers leaves the mask out (causal suffices): CUDA's path hands grouped heads to torch."""
     q, k, v, mask = heads(length, cached)
-    got, _ = function(Heads(), q, k, v, None)
+    got, _ = function(Heads(), q, k, v, None, dropout=0.0, scaling=SCALING)
     torch.testing.assert_close(got, eager(q, k, v, mask), rtol=1e-5, atol=1e-6)
 
 
@@ -131,10 +134,11 @@ def test_a_pair_built_on_the_cpu_and_moved_runs_cudas_path(monkeypatch):
         assert pair.target.config._attn_implementation == GROUPED, runner
 
 
-def test_the_pair_runs_packed_attention_and_a_check_equals_one_token_passes(tiny_pair):
+def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_without_a_cache(tiny_pair):
+    """On the CPU the packed path; on a GPU (scripts/gpu_check.sh) CUDA's, on CUDA's kernels."""
     model = tiny_pair.target
-    assert model.config._attn_implementation == PACKED
-    ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]])
+    assert model.config._attn_implementation == attention_for(model.device.type)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]], device=model.device)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :5], cache=cache, use_cache=True)

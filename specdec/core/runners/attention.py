@@ -13,8 +13,10 @@ pass of more than one token: a check of the static and compiled runners, over th
   docs/benchmarks.md, "W8A8").
 - CUDA, `grouped_sdpa`: where no mask is given (a one-token eager pass, a prompt from position
   0), torch's `enable_gqa=True`, which the flash kernel reads in place (torch >= 2.5); with a mask
-  (every static and compiled pass, an eager check) the packed rows above, since torch's masked
-  kernels take no grouped heads and would fall back to its math kernel, which repeats them.
+  (every static and compiled pass, an eager check) the packed rows above: torch's masked kernels
+  take no grouped heads, and a masked call with `enable_gqa` falls back to its math kernel, which
+  repeats them (transformers' own `sdpa` avoids it for that reason). Each pass still attends over
+  the whole cache (a captured graph has one shape; the valid length lives on the device).
   Not measured on a GPU yet (docs/deploy.md).
 - Anything else keeps transformers' `sdpa`.
 
@@ -33,9 +35,10 @@ GROUPED = "specdec_grouped_sdpa"
 
 
 def packed_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-                dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                **kwargs) -> tuple[torch.Tensor, None]:
     """query (B, H, L, D), key and value (B, KV, C, D), attention_mask (B, 1, L, C) bool or None
-    (then causal) -> ((B, L, H, D), None), as transformers' attention functions return."""
+    (then causal), kwargs as transformers passes them (dropout, scaling: None for 1 / sqrt(D), ...)
+    -> ((B, L, H, D), None), as transformers' attention functions return."""
     b, h, length, d = query.shape
     kv, c = key.shape[1], key.shape[2]
     group = h // kv
@@ -45,19 +48,20 @@ def packed_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         mask = torch.ones(length, c, dtype=torch.bool, device=query.device).tril(c - length)[None, None]
     if mask is not None and mask.shape[-2] == length and group > 1:
         mask = mask.repeat(1, 1, group, 1)  # (B, 1, group * L, C): the same rows for every stacked head
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=kwargs.get("dropout", 0.0),
+                                         scale=kwargs.get("scaling"))
     return out.reshape(b, h, length, d).transpose(1, 2).contiguous(), None
 
 
 def grouped_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-                 dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                 **kwargs) -> tuple[torch.Tensor, None]:
     """As packed_sdpa (same shapes in and out), but a pass without a mask whose causal pattern
     torch can draw itself (one token, or as many tokens as keys) goes to torch with grouped heads."""
     length, c = query.shape[2], key.shape[2]
     if attention_mask is not None or length not in (1, c):
-        return packed_sdpa(module, query, key, value, attention_mask, dropout, scaling)
-    out = F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling, is_causal=length > 1,
-                                         enable_gqa=True)  # (B, H, L, D)
+        return packed_sdpa(module, query, key, value, attention_mask, **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, dropout_p=kwargs.get("dropout", 0.0), scale=kwargs.get("scaling"),
+                                         is_causal=length > 1, enable_gqa=True)  # (B, H, L, D)
     return out.transpose(1, 2).contiguous(), None
 
 
