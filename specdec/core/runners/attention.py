@@ -46,7 +46,7 @@ def packed_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     mask = attention_mask
     if mask is None and length > 1:  # causal, the last query position seeing every key
         mask = torch.ones(length, c, dtype=torch.bool, device=query.device).tril(c - length)[None, None]
-    if mask is not None and mask.shape[-2] == length and group > 1:
+    if mask is not None and mask.shape[-2] == length > 1 and group > 1:  # one row broadcasts over the stacked heads as it is
         mask = mask.repeat(1, 1, group, 1)  # (B, 1, group * L, C): the same rows for every stacked head
     out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=kwargs.get("dropout", 0.0),
                                          scale=kwargs.get("scaling"))
