@@ -2,20 +2,22 @@
 
 Qwen2.5 shares each key/value head among several query heads (grouped-query attention: 6 query
 heads per key/value head in the 1.5B target, 7 in the 0.5B draft). Neither path below copies a
-key/value head once per query head; transformers' `sdpa` does (`repeat_kv`) for every masked
-pass of more than one token: a check of the static and compiled runners, over the whole cache.
+key/value head once per query head (CUDA's in bf16 or fp16); transformers' `sdpa` does
+(`repeat_kv`) for every masked pass of more than one token: a check of the static and compiled
+runners, over the whole cache.
 
 - CPU, `packed_sdpa`: the query heads of each group stacked as rows of one query, (batch,
   kv_heads, group * q_len, dim) against (batch, kv_heads, kv_len, dim), with the mask repeated
-  for the stacked rows: the same sums over the same keys, one product per key/value head. torch
+  for the stacked rows (one row broadcasts as it is): the same sums over the same keys, one product per key/value head. torch
   2.13's CPU kernel is slow on transformers' `enable_gqa=True` in bf16: one query token over 200
   cached positions took 0.51 ms a layer, packed 0.06 ms (AVX-512 BF16 machine, one thread;
   docs/benchmarks.md, "W8A8").
 - CUDA, `grouped_sdpa`: where no mask is given (a one-token eager pass, a prompt from position
-  0), torch's `enable_gqa=True`, which the flash kernel reads in place (torch >= 2.5); with a mask
-  (every static and compiled pass, an eager check) the packed rows above: torch's masked kernels
-  take no grouped heads, and a masked call with `enable_gqa` falls back to its math kernel, which
-  repeats them (transformers' own `sdpa` avoids it for that reason). Each pass still attends over
+  0), torch's `enable_gqa=True`, which the flash kernel reads in place (torch >= 2.5, bf16 or fp16;
+  in fp32 torch's math kernel copies the heads); with a mask (every static and compiled pass, an
+  eager check) the packed rows above: torch's masked kernels take no grouped heads, and a masked
+  call with `enable_gqa` falls back to its math kernel, which repeats them (transformers' own
+  `sdpa` avoids it for that reason). Each pass still attends over
   the whole cache (a captured graph has one shape; the valid length lives on the device).
   Not measured on a GPU yet (docs/deploy.md).
 - Anything else keeps transformers' `sdpa`.
