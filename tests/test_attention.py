@@ -1,10 +1,20 @@
-"""Packed grouped-query attention (specdec/models/attention.py) computes what transformers' sdpa does."""
+"""The attention paths of specdec/core/runners/attention.py compute what transformers' attention does,
+and a model runs its device's path, chosen when a runner takes it (after a move too).
+
+CUDA's path is tested here on CPU tensors: its choice is a function of the device type, and the
+device check is patched to say "cuda"."""
+
+import copy
 
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward
 
-from specdec.models.attention import NAME, packed_sdpa
+from specdec.core.runners import attention, runner_model
+from specdec.core.runners.attention import GROUPED, PACKED, attention_for, grouped_sdpa, packed_sdpa
+from specdec.core.runners.eager_model import CachedModel
+from specdec.core.runners.static_model import StaticModel
 
 
 class Heads(torch.nn.Module):
@@ -12,27 +22,123 @@ class Heads(torch.nn.Module):
     is_causal = True
 
 
+def heads(length: int, cached: int = 9, masked: bool = False, seed: int = 0):
+    """query (2, 6, L, 16) over 2 key/value heads of cached + L positions, and the causal mask
+    (2, 1, L, cached + L), the second sequence left-padded by 3 when `masked`."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 6, length, 16, generator=g)
+    k, v = (torch.randn(2, 2, cached + length, 16, generator=g) for _ in range(2))
+    mask = torch.ones(length, cached + length, dtype=torch.bool).tril(cached)[None, None].repeat(2, 1, 1, 1)
+    if masked:
+        mask[1, :, :, :3] = False
+    return q, k, v, mask
+
+
+SCALING = 0.3  # not the default 1 / sqrt(16): the scaling transformers passes is the one used
+
+
+def eager(q, k, v, mask):
+    """transformers' eager attention (repeated key/value heads, an additive mask) -> (B, L, H, D)."""
+    additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    return eager_attention_forward(Heads().eval(), q, k, v, additive, scaling=SCALING)[0]
+
+
 @pytest.mark.parametrize("length", [1, 2, 6])
 @pytest.mark.parametrize("masked", [False, True])
 def test_packed_rows_equal_attention_per_head(length, masked):
-    g = torch.Generator().manual_seed(0)
-    cached = 9
-    q = torch.randn(2, 6, length, 16, generator=g)  # 6 query heads, 2 key/value heads
-    k, v = (torch.randn(2, 2, cached + length, 16, generator=g) for _ in range(2))
-    causal = torch.ones(length, cached + length, dtype=torch.bool).tril(cached)
-    mask = causal[None, None].repeat(2, 1, 1, 1)
-    if masked:
-        mask[1, :, :, :3] = False  # the second sequence is left-padded
+    q, k, v, mask = heads(length, masked=masked)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
     got, weights = packed_sdpa(Heads(), q, k, v, mask if masked or length == 1 else None)
     assert weights is None and got.shape == (2, length, 6, 16)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_the_pair_runs_packed_attention_and_a_check_equals_one_token_passes(tiny_pair):
+@pytest.mark.parametrize("function", [grouped_sdpa, packed_sdpa], ids=["cuda", "cpu"])
+@pytest.mark.parametrize("length", [1, 2, 6])
+@pytest.mark.parametrize("masked", [False, True])
+def test_each_device_path_equals_eager_attention_with_a_mask(function, length, masked):
+    """A one-token pass and a check of several rows over cached keys, the mask given as transformers
+    gives it (the static runner always gives one), the second sequence left-padded or not."""
+    q, k, v, mask = heads(length, masked=masked)
+    got, _ = function(Heads(), q, k, v, mask, dropout=0.0, scaling=SCALING)
+    torch.testing.assert_close(got, eager(q, k, v, mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("function", [grouped_sdpa, packed_sdpa], ids=["cuda", "cpu"])
+@pytest.mark.parametrize("length, cached", [(1, 9), (7, 0)], ids=["one-token", "prompt"])
+def test_each_device_path_equals_eager_attention_without_a_mask(function, length, cached):
+    """Where transformers leaves the mask out (causal suffices): CUDA's path hands grouped heads to torch."""
+    q, k, v, mask = heads(length, cached)
+    got, _ = function(Heads(), q, k, v, None, dropout=0.0, scaling=SCALING)
+    torch.testing.assert_close(got, eager(q, k, v, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_the_choice_is_the_device_type():
+    assert attention_for("cpu") == PACKED and attention_for("cuda") == GROUPED and attention_for("mps") == "sdpa"
+
+
+def tiny_model() -> Qwen2ForCausalLM:
+    """fp32, random: 6 query heads over 2 key/value heads, transformers' eager attention."""
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=96, intermediate_size=128, num_hidden_layers=2, num_attention_heads=6,
+                         num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2,
+                         attn_implementation="eager")
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture
+def as_cuda(monkeypatch):
+    """Every model's device reads as CUDA to the attention choice (its tensors stay on the CPU)."""
+    monkeypatch.setattr(attention, "device_type", lambda model: "cuda")
+
+
+def passes(model_lm, ids: torch.Tensor) -> list[torch.Tensor]:
+    """A prompt of 5, a one-token pass, a check of 4 rows, then (rolled back by 2) a check of 3."""
+    model_lm.prefill(ids[:5])
+    out = [model_lm.forward(ids[5:6], last_only=False), model_lm.forward(ids[6:10], last_only=False)]
+    model_lm.crop(8)
+    return [*out, model_lm.forward(ids[8:11], last_only=False)]
+
+
+@pytest.mark.parametrize("runner_class", [StaticModel, CachedModel], ids=["static", "eager"])
+def test_a_model_on_cudas_path_gives_eager_attentions_logits(as_cuda, runner_class):
+    """The whole model in fp32: the static runner (a mask over the whole preallocated cache, padded
+    passes) and the eager runner (no mask for the prompt and one token) on CUDA's attention, against
+    the same weights on transformers' eager attention over a DynamicCache."""
+    reference = tiny_model()
+    moved = copy.deepcopy(reference)
+    runner_model("eager", moved, 64)  # a runner takes it: the path of its (patched) device
+    assert moved.config._attn_implementation == GROUPED
+    ids = torch.tensor([5, 9, 17, 33, 2, 8, 40, 41, 42, 7, 3])
+    model_lm = runner_class(moved, 64)
+    if runner_class is StaticModel:
+        model_lm.reserve(32)
+    want = passes(CachedModel(reference, 64), ids)
+    for got, expected in zip(passes(model_lm, ids), want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_pair_built_on_the_cpu_and_moved_runs_cudas_path(monkeypatch):
+    """As on ZeroGPU: built on the CPU (the packed path), then moved; the runner that takes it
+    sets CUDA's path. A pair on the CPU keeps the packed one."""
+    from specdec.models.pair import build_pair
+
+    pair = build_pair("tiny-random", device="cpu", dtype="fp32")
+    assert pair.target.config._attn_implementation == PACKED == pair.draft.config._attn_implementation
+    runner_model("static", pair.target, pair.vocab_size)
+    assert pair.target.config._attn_implementation == PACKED  # still on the CPU
+    monkeypatch.setattr(attention, "device_type", lambda model: "cuda")  # the move, as the choice sees it
+    for runner in ("eager", "static", "compiled"):
+        pair.target.set_attn_implementation(PACKED)
+        runner_model(runner, pair.target, pair.vocab_size)
+        assert pair.target.config._attn_implementation == GROUPED, runner
+
+
+def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_without_a_cache(tiny_pair):
+    """On the CPU the packed path; on a GPU (scripts/gpu_check.sh) CUDA's, on CUDA's kernels."""
     model = tiny_pair.target
-    assert model.config._attn_implementation == NAME
-    ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]])
+    assert model.config._attn_implementation == attention_for(model.device.type)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]], device=model.device)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :5], cache=cache, use_cache=True)

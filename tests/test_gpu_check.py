@@ -20,7 +20,7 @@ from scripts.gpu_check.record import Record
 from specdec.core.runners import capture
 
 SECTIONS = ["models", "passes", "costs", "first_call_capture", "syncs", "loop_cost", "draft_graph_of_k",
-            "forced_acceptance", "parity"]
+            "forced_acceptance", "attention", "parity"]
 DRY = ["--device", "cpu", "--tiny", "--tokens", "8", "--prompt-len", "16", "--context", "16", "--repeats", "1"]
 
 
@@ -71,7 +71,11 @@ def test_the_dry_run_walks_every_section_and_writes_the_record_after_each(tmp_pa
     assert set(data["draft_graph_of_k"]) == {"3", "5", "7"}
     assert all(row["spec"]["acceptance"] > 0.9 for row in data["forced_acceptance"].values())  # every draft kept
     assert all("first_difference" in row for row in data["loop_cost"].values())
-    assert len(data["parity"]) == 8 and all(v["same_events"] and v["first_difference"] is None for v in data["parity"].values())
+    timed = {k: v for k, v in data["attention"].items() if k != "attention"}
+    assert len(timed) == 3 * 5 and all(v["ms"] > 0 and v["sdpa_ms"] > 0 and v["max_difference"] < 0.05 for v in timed.values())
+    assert len(data["parity"]) == 8 + 12 and all(v["same_events"] and v["first_difference"] is None for v in data["parity"].values())
+    moved = {k: v for k, v in data["parity"].items() if k.endswith("built on cpu and moved")}
+    assert len(moved) == 12 and {v["attention"] for v in data["parity"].values()} == {data["attention_path"]} == {"specdec_packed_sdpa"}
 
 
 def test_a_section_that_fails_keeps_its_error_and_the_others_their_results(tmp_path, monkeypatch, eager_capture):

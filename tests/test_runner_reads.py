@@ -1,6 +1,7 @@
 """A step of the static runner in steady state reads the device once and sends nothing from Python
 data to it: counted with a torch function mode around each step (every torch call made in it, the
-models' passes included, goes through the mode)."""
+models' passes included, goes through the mode). Each runner is counted on the CPU's attention and
+on the one CUDA runs (specdec/core/runners/attention.py, chosen here by patching the device check)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from specdec.core.config import GenerationConfig
 from specdec.core.proposers import model as model_proposer
+from specdec.core.runners import attention
 from specdec.engines.ours import OurSource
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -47,6 +49,17 @@ def counted_steps(pair, config) -> list[Counter]:
         counters.append(counter)
 
 
+@pytest.fixture(params=["cpu", "cuda"])
+def device_attention(request, tiny_pair, monkeypatch):
+    """The attention path of this kind of device for the run's models (their tensors stay on the
+    CPU); the pair's models get their own device's path back afterwards."""
+    monkeypatch.setattr(attention, "device_type", lambda model: request.param)
+    yield attention.attention_for(request.param)
+    monkeypatch.undo()
+    for model in (tiny_pair.target, tiny_pair.draft):
+        attention.use_device_attention(model)
+
+
 @pytest.mark.parametrize("config", [
     GenerationConfig(k=4, max_new_tokens=32),
     GenerationConfig(k=4, temperature=0.8, top_p=0.9, top_k=50, seed=1, max_new_tokens=32),
@@ -56,11 +69,12 @@ def counted_steps(pair, config) -> list[Counter]:
     GenerationConfig(drafter="none", max_new_tokens=16),
 ], ids=["greedy", "sampling", "early-stop", "early-stop-sampling", "auto", "plain"])
 @pytest.mark.parametrize("runner", ["static", "eager"])
-def test_a_step_reads_once_and_sends_nothing(tiny_pair, config, runner, monkeypatch):
+def test_a_step_reads_once_and_sends_nothing(tiny_pair, config, runner, device_attention, monkeypatch):
     """As on a GPU: the early stop decided on the device (FREE_READS empty). The eager runner's
     step is the same step over transformers' growing cache: it reads once too."""
     monkeypatch.setattr(model_proposer, "FREE_READS", ())
     counters = counted_steps(tiny_pair, replace(config, runner=runner))
+    assert tiny_pair.target.config._attn_implementation == device_attention  # the run's passes ran this path
     assert len(counters) >= 4
     for i, c in enumerate(counters):
         assert c.reads == ["tolist"] and c.from_python == [], f"step {i + 1}: reads {c.reads}, from Python {c.from_python}"

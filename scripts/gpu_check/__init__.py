@@ -4,6 +4,7 @@ weights and no download, in one call: `scripts/gpu_check.sh` (the CUDA tests, th
 compiled runner is torch.compile instead of CUDA graphs and the CUDA-only calls are stand-ins
 (cuda.py), so every section's own code runs there too.
 
+Every model runs the attention of its device (`attention_path` in the record; specdec/core/runners/attention.py).
 What it measures, one section after another (main.py), each under its own guard, the JSON record
 (--out, else $OUT/gpu_check.json when $OUT is set) written after each (record.py), then a table:
 - models: the 0.5B draft and the 1.5B and 7B targets, made on the device in the dtype;
@@ -26,7 +27,10 @@ What it measures, one section after another (main.py), each under its own guard,
 - forced_acceptance: the whole runs with acceptance forced to 1 (every attention and MLP output
   projection zeroed: each layer adds nothing, both models predict "repeat the last token"; dense
   kernels cost the same with zeros): an upper bound for a real pair;
+- attention: the device's attention path alone against transformers' sdpa, on each model's heads,
+  a mask over caches of 512 to 8192 positions, one token and checks of K + 1 rows (attention.py);
 - parity: greedy parity of the static and compiled runners with eager decoding, fp32, on tiny-random;
+  then every runner on the same pair built on the CPU and moved to the device, as ZeroGPU runs it;
 - peak GPU memory.
 
 Before any of it, scripts/gpu_check.sh makes the device's Python right (preflight.py).

@@ -7,11 +7,12 @@ import os
 
 import torch
 
+from specdec.core.runners.attention import attention_for
 from specdec.models.dtypes import DTYPES
 
+from . import attention, parity, passes, runs
 from . import cuda as cuda_calls
 from . import models as made
-from . import parity, passes, runs
 from .record import Record
 from .report import print_table
 
@@ -48,10 +49,10 @@ def main(argv=None) -> int:
     args = parse(argv)
     cuda = cuda_calls.for_device(args.device)
     record = Record(args.out, {"device": cuda.name(), "dry_run": cuda.dry, "torch": torch.__version__,
-                               "transformers": transformers_version(), "dtype": args.dtype_name, "layers": args.layers,
+                               "transformers": transformers_version(), "attention_path": attention_for(args.device.type), "dtype": args.dtype_name, "layers": args.layers,
                                "tiny": args.tiny, "alpha_cpu": passes.ALPHA_CPU, "passes": {}})
     print(f"device {record.data['device']}, {args.dtype_name}, torch {torch.__version__}, transformers "
-          f"{record.data['transformers']}, layers {args.layers or 'as the real models'}; random weights, no download", flush=True)
+          f"{record.data['transformers']}, attention {record.data['attention_path']}, layers {args.layers or 'as the real models'}; random weights, no download", flush=True)
     models: dict = {}  # name -> module, filled by the first section, emptied before parity
     timed = record.data["passes"]
 
@@ -69,6 +70,7 @@ def main(argv=None) -> int:
         record.section("draft_graph_of_k", lambda: runs.draft_graph_of_k(models, args, cuda), needs=("models",))
     record.section("forced_acceptance", lambda: forced(models, timed, args), needs=("passes",))
     models.clear()  # the models go before parity's pair is made
+    record.section("attention", lambda: attention.compare(args, cuda))
     record.section("parity", lambda: parity.parity(args))
     record.data["peak_gb"] = cuda.peak_gb()
     record.write()

@@ -65,6 +65,14 @@ def _graph(graph: dict, args) -> None:
     print("\ndraft of K as one graph:", graph)
 
 
+def _attention(rows: dict, args) -> None:
+    print(f"\nattention alone, ms: {rows['attention']} against transformers' sdpa (model, cache size, rows)")
+    for key, row in rows.items():
+        if key != "attention":
+            print(f"  {key:<18} {row['ms']:.4f} against {row['sdpa_ms']:.4f}  ({row['sdpa_ms'] / row['ms']:.2f}x), "
+                  f"largest difference {row['max_difference']:.1e}")
+
+
 def _parity(parity: dict, args) -> None:
     def verdict(v):
         if v["same_events"]:
@@ -77,4 +85,4 @@ def _parity(parity: dict, args) -> None:
 
 PRINTERS = {"passes": _passes, "costs": _costs, "first_call_capture": _capture, "syncs": _syncs,
             "loop_cost": _runs("loop cost, random weights"), "draft_graph_of_k": _graph,
-            "forced_acceptance": _runs("forced acceptance"), "parity": _parity}
+            "forced_acceptance": _runs("forced acceptance"), "attention": _attention, "parity": _parity}

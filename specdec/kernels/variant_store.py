@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from specdec.models.attention import use_packed_attention
+from specdec.core.runners.attention import use_device_attention
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, QuantWeight, quantize, quantizer_parameters
 
 
@@ -142,7 +142,7 @@ def fill_the_rest(model: nn.Module, layout: dict, tensors: dict, dtype: torch.dt
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"{what} is missing tensors for {', '.join(left[:3])}")
-    use_packed_attention(model)  # as the pair's own models run (specdec/models/pair.py)
+    use_device_attention(model)  # as the pair's own models run (specdec/models/pair.py)
     return model.eval()
 
 

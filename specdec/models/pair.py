@@ -146,14 +146,15 @@ def build_pair(
 ) -> ModelPair:
     """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
     draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
-    (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew. On a
-    CPU the models' attention runs packed per key/value head (specdec/models/attention.py)."""
-    from specdec.models.attention import use_packed_attention
+    (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew. Each
+    model's attention is its device's (specdec/core/runners/attention.py); a runner sets it again
+    for the device the model runs on when it takes the model, after a move too."""
+    from specdec.core.runners.attention import use_device_attention
 
     pair = _build_pair(name, target=target, draft=draft, device=device, dtype=dtype, progress=progress)
     for model in (pair.target, pair.draft):
         if model is not None:
-            use_packed_attention(model)
+            use_device_attention(model)
     return pair
 
 
