@@ -39,6 +39,17 @@ def _common(p) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--work", help="working folder: data shards, checkpoint, plan (default: in the cache, per pair and seed)")
     p.add_argument("--text-root", help="read text from this folder instead of the installed packages")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's own). On a machine shared with other jobs one "
+                                                "thread can be faster than two: each parallel region waits for its slowest thread")
+
+
+def use_threads(args) -> None:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def work_folder(args, pair) -> Path:
@@ -67,6 +78,7 @@ def cmd_train(args) -> int:
     for name in ("answers", "code_tokens", "steps"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    use_threads(args)
     pair = load_pair(args.pair, device=args.device)
     plan = Plan(seed=args.seed, minutes=args.minutes, answers=args.answers, code_tokens=args.code_tokens, steps=args.steps)
     out = Path(args.out) if args.out else trained_path(pair.name)
@@ -84,6 +96,7 @@ def cmd_eval(args) -> int:
     from specdec.train.loop import point
     from specdec.train.run import evaluation
 
+    use_threads(args)
     pair = load_pair(args.pair, device=args.device)
     if args.head:
         from specdec.kernels.head_offer import target_key

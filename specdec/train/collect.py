@@ -11,7 +11,19 @@ from __future__ import annotations
 
 import torch
 
-from specdec.train.data import Sequence
+from specdec.train.data import TOP, Sequence
+
+
+def labelled(lm_head, ids: torch.Tensor, hidden: torch.Tensor, answer_from: int = 0, chunk: int = 128) -> Sequence:
+    """ids (n,), hidden (n, H) -> the Sequence, with the target's top tokens and log-probabilities
+    at every position (its lm_head over the whole vocabulary, a few rows at a time)."""
+    tops, logps = [], []
+    for i in range(0, hidden.shape[0], chunk):
+        logits = lm_head(hidden[i : i + chunk]).float()  # (c, V)
+        best = logits.topk(TOP, dim=-1)
+        tops.append(best.indices.cpu())
+        logps.append((best.values - logits.logsumexp(dim=-1, keepdim=True)).cpu())
+    return Sequence(ids.cpu(), hidden.to(torch.bfloat16).cpu(), torch.cat(tops), torch.cat(logps), answer_from)
 
 
 @torch.inference_mode()
@@ -26,7 +38,7 @@ def read_features(target, chunks: list[list[int]]) -> list[Sequence]:
         ids = torch.tensor([chunks[i] for i in members], device=device)  # (b, n)
         hidden = target.model(input_ids=ids, use_cache=False).last_hidden_state  # (b, n, H)
         for row, i in enumerate(members):
-            out[i] = Sequence(ids[row].cpu(), hidden[row].to(torch.bfloat16).cpu())
+            out[i] = labelled(target.lm_head, ids[row], hidden[row])
     return [out[i] for i in range(len(chunks))]
 
 
@@ -46,7 +58,7 @@ def answer(target, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[i
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache(config=target.config)
     hidden = target.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
-    steps = [hidden.to(torch.bfloat16).cpu()]  # (rows, width, H), then (rows, 1, H) per step
+    steps = [hidden]  # (rows, width, H), then (rows, 1, H) per step
     tokens, fed = [], torch.zeros(rows, dtype=torch.long)  # fed: answer tokens whose features we have
     done = torch.zeros(rows, dtype=torch.bool)
     eos = torch.tensor(sorted(eos_ids), device=device)
@@ -61,12 +73,12 @@ def answer(target, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[i
         positions = positions[:, -1:] + 1
         hidden = target.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions, cache=cache,
                               use_cache=True).last_hidden_state
-        steps.append(hidden.to(torch.bfloat16).cpu())
+        steps.append(hidden)
     generated = torch.stack(tokens, dim=1)  # (rows, steps)
     out = []
     for r, p in enumerate(prompts):
         n = int(fed[r])
-        seq_ids = torch.cat([torch.tensor(p), generated[r, :n]])
+        seq_ids = torch.cat([torch.tensor(p), generated[r, :n]]).to(device)
         feats = torch.cat([steps[0][r, width - len(p) :], *[s[r] for s in steps[1 : 1 + n]]])
-        out.append(Sequence(seq_ids, feats, answer_from=len(p)))
+        out.append(labelled(target.lm_head, seq_ids, feats, answer_from=len(p)))
     return out

@@ -45,11 +45,19 @@ class Sources:
         for name, text in itertools.islice(docs, SNIPPET_DOCS):
             if name.endswith(".py"):
                 snippets += functions_of(text)
-        return cls(written_prompts(seed, count, snippets), val[: recipe.val_chunks], used)
+        written = written_prompts(seed, count, snippets)
+        held = written[: recipe.val_answers]  # in the order written: every kind, every length
+        return cls(held + alike_in_length(written[len(held) :], 4 * recipe.answer_batch), val[: recipe.val_chunks], used)
 
     def train_chunks(self, pair, recipe: Recipe, seed: int, root: Path | None = None) -> Iterator[list[int]]:
         for _, text in itertools.islice(documents(seed, root), self.train_docs, None):
             yield from chunks(pair.tokenizer(text)["input_ids"], recipe.chunk)
+
+
+def alike_in_length(prompts: list[str], group: int) -> list[str]:
+    """Each run of `group` prompts sorted by length: the prompts of one batch are then alike in
+    length, and the batch's left padding (computed, then thrown away) small."""
+    return [p for i in range(0, len(prompts), group) for p in sorted(prompts[i : i + group], key=len)]
 
 
 def answer_shard(pair, recipe: Recipe, prompts: list[str]) -> list:

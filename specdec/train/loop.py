@@ -14,19 +14,13 @@ from specdec.train.evaluate import Judge, Verdict, judge
 from specdec.train.recipe import Recipe
 from specdec.train.trainer import Trainer, epoch_batches, learning_rate, new_head
 
-def subset_rows(pair, recipe: Recipe) -> torch.Tensor:
-    """(N, H) float32: the target's lm_head rows of the tokens the head drafts from."""
-    return pair.target.get_output_embeddings().weight.detach()[head_ids(pair, recipe.vocab).to(pair.device)].float()
-
-
 def held_out_judges(pair, recipe: Recipe, folder) -> tuple[list, list, tuple[Judge, Judge]]:
     """The held-out answers and read text of the working folder, and a Judge for each."""
-    ids, target = head_ids(pair, recipe.vocab), pair.target
-    rows = subset_rows(pair, recipe)
+    target = pair.target
+    judge_with = Judge(target.get_input_embeddings(), target.get_output_embeddings().weight.detach(), head_ids(pair, recipe.vocab))
     val = load_split(folder, "val")
     answers, reads = [s for s in val if s.answer_from > 0], [s for s in val if s.answer_from == 0]
-    lm_head, embed = target.get_output_embeddings(), target.get_input_embeddings()
-    return answers, reads, tuple(Judge.of(part, embed, lm_head, rows, ids) for part in (answers, reads))
+    return answers, reads, (judge_with, judge_with)
 
 
 CHECKPOINT_S = 120.0  # seconds between checkpoints (and one at every validation)
@@ -44,9 +38,8 @@ class Loop:
 
     @classmethod
     def of(cls, pair, recipe: Recipe, space, autocast: bool) -> "Loop":
-        rows = subset_rows(pair, recipe)
         head = new_head(pair.target, recipe, space.plan.seed)
-        trainer = Trainer(head, pair.target.get_input_embeddings(), rows, recipe, autocast)
+        trainer = Trainer(head, pair.target.get_input_embeddings(), pair.target.get_output_embeddings().weight, recipe, autocast)
         answers, reads, judges = held_out_judges(pair, recipe, space.folder)
         return cls(trainer, recipe, windows(load_split(space.folder, "train"), recipe.window), answers, reads, judges)
 

@@ -1,8 +1,8 @@
 """What the head is trained on and judged by: the target's own distribution, and top-1 agreement by draft position.
 
 Loss (EAGLE's, with EAGLE-3's training-time test): for every position t and draft step s,
-cross-entropy of the head's distribution over the truncated vocabulary against the target's
-(soft labels: softmax of the target's own logits at t+s on the same tokens), plus a feature
+cross-entropy of the head's distribution against the target's (soft labels: the target's own
+probabilities of its top tokens at t+s, over the tokens the batch's labels name), plus a feature
 regression (smooth L1 from the head's prediction to the target's feature f_{t+s}); step s weighted
 by decay**(s-1), as later steps matter less (each is reached only after the ones before it).
 
@@ -21,19 +21,33 @@ import torch
 import torch.nn.functional as F
 
 
-def step_losses(predicted: torch.Tensor, features: torch.Tensor, target_logp: torch.Tensor, rows: torch.Tensor,
+def batch_vocabulary(top_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(M,) sorted: every token among the target's top tokens at the batch's real positions. The
+    cross-entropy is taken over these (thousands, not the vocabulary's 151936 or the subset's 32768):
+    the tokens the target itself considers, which is where the head's top-1 is decided."""
+    return torch.unique(top_ids[valid])
+
+
+def soft_labels(top_ids: torch.Tensor, top_logp: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
+    """top_ids, top_logp (..., TOP) -> (..., M): the target's probabilities over `vocab`, its top
+    tokens renormalised to sum to 1."""
+    where = torch.searchsorted(vocab, top_ids)  # (..., TOP)
+    probs = torch.softmax(top_logp.float(), dim=-1)
+    return torch.zeros(*top_ids.shape[:-1], vocab.numel(), device=probs.device).scatter_add_(-1, where, probs)
+
+
+def step_losses(predicted: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor,
                 valid: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Draft step s. predicted (B, T-1, H): the head's prediction from t, standing for f_{t+s};
-    features (B, T, H); target_logp (B, T, N): the target's log-probabilities on the truncated
-    vocabulary; rows (N, H): its lm_head rows there; valid (B, T): real positions.
+    features (B, T, H); labels (B, T, M): the target's next-token distribution at each position
+    over the batch vocabulary; rows (M, H): the target's lm_head rows of those tokens; valid (B, T).
     -> (cross-entropy, regression), each a mean over the positions where t+s is real."""
     length = predicted.shape[1]
     reach = min(length, features.shape[1] - s)  # t + s <= T - 1
     where = valid[:, s : s + reach]  # (B, reach)
     pred = predicted[:, :reach][where]  # (n, H)
-    logq = F.log_softmax((pred @ rows.T).float(), dim=-1)  # (n, N)
-    p_logp = target_logp[:, s : s + reach][where]  # (n, N)
-    cross = -(p_logp.exp() * logq).sum(-1).mean()
+    logq = F.log_softmax((pred @ rows.T).float(), dim=-1)  # (n, M)
+    cross = -(labels[:, s : s + reach][where] * logq).sum(-1).mean()
     regression = F.smooth_l1_loss(pred.float(), features[:, s : s + reach][where].float())
     return cross, regression
 

@@ -13,12 +13,11 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.core.head import HeadShape, HeadWeights
 from specdec.train.data import Sequence
-from specdec.train.objective import step_losses
+from specdec.train.objective import batch_vocabulary, soft_labels, step_losses
 from specdec.train.recipe import Recipe
 from specdec.train.unroll import unroll
 
@@ -77,15 +76,18 @@ def epoch_batches(windows: list[Sequence], recipe: Recipe, seed: int, epoch: int
     return batches
 
 
-def padded(windows: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> ids (B, T), features (B, T, H) bf16, valid (B, T) bool, padded at the end."""
-    length = max(len(w) for w in windows)
-    ids = torch.zeros(len(windows), length, dtype=torch.long)
-    feats = torch.zeros(len(windows), length, windows[0].features.shape[1], dtype=torch.bfloat16)
-    valid = torch.zeros(len(windows), length, dtype=torch.bool)
+def padded(windows: list[Sequence]) -> tuple[torch.Tensor, ...]:
+    """-> ids (B, T), features (B, T, H) bf16, top_ids (B, T, TOP), top_logp (B, T, TOP), valid (B, T)
+    bool, padded at the end."""
+    b, length = len(windows), max(len(w) for w in windows)
+    top = windows[0].top_ids.shape[1]
+    ids, valid = torch.zeros(b, length, dtype=torch.long), torch.zeros(b, length, dtype=torch.bool)
+    feats = torch.zeros(b, length, windows[0].features.shape[1], dtype=torch.bfloat16)
+    top_ids, top_logp = torch.zeros(b, length, top, dtype=torch.long), torch.zeros(b, length, top)
     for r, w in enumerate(windows):
-        ids[r, : len(w)], feats[r, : len(w)], valid[r, : len(w)] = w.ids, w.features, True
-    return ids, feats, valid
+        n = len(w)
+        ids[r, :n], feats[r, :n], top_ids[r, :n], top_logp[r, :n], valid[r, :n] = w.ids, w.features, w.top_ids, w.top_logp, True
+    return ids, feats, top_ids, top_logp, valid
 
 
 def learning_rate(recipe: Recipe, step: int, steps: int) -> float:
@@ -99,26 +101,28 @@ def learning_rate(recipe: Recipe, step: int, steps: int) -> float:
 class Trainer:
     """The head, its optimizer and the frozen pieces of the target it trains against."""
 
-    def __init__(self, head: HeadWeights, embed, rows: torch.Tensor, recipe: Recipe, autocast: bool):
-        self.head, self.embed, self.recipe = head.to(rows.device), embed, recipe
-        self.device = rows.device
-        self.rows = rows.to(torch.bfloat16 if autocast else torch.float32)  # (N, H) lm_head rows of the subset, frozen
+    def __init__(self, head: HeadWeights, embed, lm_weight: torch.Tensor, recipe: Recipe, autocast: bool):
+        self.head, self.embed, self.recipe = head.to(lm_weight.device), embed, recipe
+        self.device = lm_weight.device
+        self.lm_weight = lm_weight.detach()  # (V, H) the target's lm_head, frozen (each batch takes its rows)
         self.autocast = autocast  # bf16 autocast (where the pair itself runs in bf16), float32 weights
         self.optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
 
     def step(self, batch: list[Sequence], lr: float) -> dict:
         """One optimizer step on `batch`; the losses by draft step."""
-        ids, feats, valid = (t.to(self.device) for t in padded(batch))
+        ids, feats, top_ids, top_logp, valid = (t.to(self.device) for t in padded(batch))
         with torch.no_grad():
             embeds = self.embed(ids).float()
-            target_logp = F.log_softmax((feats.to(self.rows.dtype) @ self.rows.T).float(), dim=-1)  # (B, T, N)
+            vocab = batch_vocabulary(top_ids, valid)  # (M,)
+            labels = soft_labels(top_ids, top_logp, vocab)  # (B, T, M)
+            rows = self.lm_weight[vocab].to(torch.bfloat16 if self.autocast else torch.float32)  # (M, H)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self.autocasting():
             steps = unroll(self.head, feats.float(), embeds, self.recipe.depth)
             total, parts = 0.0, {}
             for s, predicted in enumerate(steps, start=1):
-                cross, regression = step_losses(predicted, feats, target_logp, self.rows, valid, s)
+                cross, regression = step_losses(predicted, feats, labels, rows, valid, s)
                 total = total + self.recipe.step_decay ** (s - 1) * (cross + self.recipe.reg_weight * regression)
                 parts[f"ce{s}"] = cross.item()
         self.optimizer.zero_grad(set_to_none=True)
