@@ -31,6 +31,8 @@ def add_head_command(sub) -> None:
     e.add_argument("--head", help="the head file (default: the head this pair is offered)")
     e.add_argument("--seed", type=int, default=0, help="the seed whose held-out data to use (default 0)")
     e.add_argument("--kernel", choices=("dense", "w8a8"), default="dense", help="how the head's layers run (default dense)")
+    e.add_argument("--any-target", action="store_true",
+                   help="judge the head on this pair's target even if it was trained for other weights (to measure whether it transfers)")
     e.set_defaults(func=cmd_eval)
 
 
@@ -53,10 +55,13 @@ def use_threads(args) -> None:
 
 
 def work_folder(args, pair) -> Path:
-    from specdec.kernels.head_offer import slug
+    """--work, else a folder in the cache per pair, target weights and seed (features of other weights never mix)."""
+    from specdec.kernels.head_offer import slug, target_key
     from specdec.models.bundle import cache_root
 
-    return Path(args.work) if args.work else cache_root() / "head-train" / f"{slug(pair.name)}-seed{args.seed}"
+    if args.work:
+        return Path(args.work)
+    return cache_root() / "head-train" / f"{slug(pair.name)}-{target_key(pair)['weights_sha256'][:12]}-seed{args.seed}"
 
 
 def recipe_of(args) -> Recipe:
@@ -101,7 +106,7 @@ def cmd_eval(args) -> int:
     if args.head:
         from specdec.kernels.head_offer import target_key
 
-        stored = read_head(Path(args.head), target_key(pair), pair.target.config)
+        stored = read_head(Path(args.head), None if args.any_target else target_key(pair), pair.target.config)
     else:
         offer = find_head(pair)
         if offer.stored is None:

@@ -27,6 +27,9 @@ class Judge:
     lm_weight: torch.Tensor  # (V, H) the target's lm_head
     ids: torch.Tensor  # (N,) the tokens the head drafts from (sorted)
 
+    def __post_init__(self):
+        self.rows = self.lm_weight[self.ids.to(self.lm_weight.device)]  # (N, H): their lm_head rows, taken once
+
 
 @dataclass
 class Verdict:
@@ -34,10 +37,9 @@ class Verdict:
     loss: float  # step-1 cross-entropy against the target's distribution (soft labels), per position
 
 
-def draft_tokens(judge_with: Judge, predicted: torch.Tensor, dtype) -> torch.Tensor:
-    """predicted (S, H) -> (S,) the head's top-1 token among those it drafts from."""
-    rows = judge_with.lm_weight[judge_with.ids.to(judge_with.lm_weight.device)].to(dtype)  # (N, H)
-    return judge_with.ids[(predicted.to(rows.device, dtype) @ rows.T).argmax(-1).cpu()]
+def draft_tokens(judge_with: Judge, rows: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """predicted (S, H), rows (N, H) -> (S,) the head's top-1 token among those it drafts from."""
+    return judge_with.ids[(predicted.to(rows.device, rows.dtype) @ rows.T).argmax(-1).cpu()]
 
 
 @torch.no_grad()
@@ -45,6 +47,7 @@ def judge(head: HeadWeights, sequences: list[Sequence], judge_with: Judge, depth
     """Acceptance by position 1..depth over the drafts of answer tokens (every token, for read text)."""
     counts, loss_sum, loss_n = empty_counts(depth), 0.0, 0
     dt, device = head.dtype, head.norm.weight.device
+    subset_rows = judge_with.rows.to(dt)
     for s in sequences:
         feats = s.features.to(device, dt)  # (n, H)
         steps = unroll(head, feats[None], judge_with.embed(s.ids.to(device)).to(dt)[None], depth)
@@ -57,7 +60,7 @@ def judge(head: HeadWeights, sequences: list[Sequence], judge_with: Judge, depth
         draft_top, target_top, followed, available = (torch.zeros(starts.numel(), depth, dtype=torch.long) for _ in range(4))
         for k in range(1, depth + 1):
             at = (starts + k).clamp(max=n - 1)  # the feature the k-th draft stands for
-            draft_top[:, k - 1] = draft_tokens(judge_with, steps[k - 1][starts], dt)
+            draft_top[:, k - 1] = draft_tokens(judge_with, subset_rows, steps[k - 1][starts])
             target_top[:, k - 1] = greedy[at]
             available[:, k - 1] = (starts + k <= n - 1).long()
             nxt = (starts + k + 1).clamp(max=n - 1)

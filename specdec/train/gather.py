@@ -89,7 +89,8 @@ def answers_phase(pair, recipe: Recipe, sources: Sources, folder: Path, count: i
     pool = sources.prompts[recipe.val_answers :]
     done = 0
     for index in itertools.count():
-        if (count is not None and done >= count) or (count is None and time.monotonic() >= until) or done >= len(pool):
+        late = count is None and index > 0 and time.monotonic() >= until  # at least one shard
+        if (count is not None and done >= count) or late or done >= len(pool):
             break
         end = done + recipe.answer_batch if count is None else min(done + recipe.answer_batch, count)
         batch = pool[done:end]
@@ -105,7 +106,7 @@ def code_phase(pair, recipe: Recipe, sources: Sources, folder: Path, tokens: int
     stream = sources.train_chunks(pair, recipe, seed, root)
     done = 0
     for index in itertools.count():
-        if (tokens is not None and done >= tokens) or (tokens is None and time.monotonic() >= until):
+        if (tokens is not None and done >= tokens) or (tokens is None and index > 0 and time.monotonic() >= until):
             break
         batch = []
         for chunk in stream:

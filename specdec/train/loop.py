@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ def held_out_judges(pair, recipe: Recipe, folder) -> tuple[list, list, tuple[Jud
 
 CHECKPOINT_S = 120.0  # seconds between checkpoints (and one at every validation)
 CURVE_POINTS = 8  # validations over a run, besides the one before the first step
+CURVE_ANSWERS = 16  # held-out answers judged for the curve (all of them at the end)
 
 
 @dataclass
@@ -53,17 +55,19 @@ class Loop:
             step -= len(batches)
             epoch += 1
 
-    def time_steps(self, clone, n: int) -> float:
-        """Seconds per optimizer step, timed on a copy (the run itself is untouched)."""
-        probe = clone(self.trainer)
+    def time_steps(self, n: int) -> float:
+        """Seconds per optimizer step, timed on a copy of the head (the run itself is untouched)."""
+        t = self.trainer
+        probe = Trainer(copy.deepcopy(t.head), t.embed, t.lm_weight, t.recipe, t.autocast)
         probe.step(self.batch(0, 0), 0.0)  # the first step also allocates
         start = time.perf_counter()
         for i in range(n):
             probe.step(self.batch(0, i + 1), 0.0)
         return (time.perf_counter() - start) / n
 
-    def validate(self, which: int = 0) -> Verdict:
-        sequences = (self.answers, self.reads)[which]
+    def validate(self, which: int = 0, limit: int | None = None) -> Verdict:
+        """The head judged on the held-out answers (which=0) or read text (1), the first `limit` sequences."""
+        sequences = (self.answers, self.reads)[which][:limit]
         with self.trainer.autocasting():
             return judge(self.trainer.head, sequences, self.judges[which], self.recipe.eval_depth)
 
@@ -74,7 +78,7 @@ class Loop:
         state = self.trainer.restore(space.folder / "checkpoint.pt") or {"step": 0, "tokens": 0, "curve": []}
         every = max(1, plan.steps // CURVE_POINTS)
         if not state["curve"]:
-            state["curve"].append(point(0, 0, self.validate()))
+            state["curve"].append(point(0, 0, self.validate(limit=CURVE_ANSWERS)))
         saved = time.monotonic()
         with tqdm(total=plan.steps, initial=state["step"], desc="training the head", unit="step", disable=not bars) as bar:
             bar.set_postfix_str(short(state["curve"][-1]))
@@ -85,7 +89,7 @@ class Loop:
                 state["tokens"] += sum(len(w) for w in batch)
                 bar.update()
                 if state["step"] % every == 0 or state["step"] == plan.steps:
-                    state["curve"].append(point(state["step"], state["tokens"], self.validate()))
+                    state["curve"].append(point(state["step"], state["tokens"], self.validate(limit=CURVE_ANSWERS)))
                     bar.set_postfix_str(short(state["curve"][-1]))
                 if state["step"] % every == 0 or time.monotonic() - saved > CHECKPOINT_S or state["step"] == plan.steps:
                     space.save(clock)
@@ -94,10 +98,12 @@ class Loop:
         return self.figures(state, clock)
 
     def figures(self, state: dict, clock) -> dict:
-        final, read = state["curve"][-1], point(state["step"], state["tokens"], self.validate(1))
+        """The last figures, on every held-out answer and on the held-out read text."""
+        final = point(state["step"], state["tokens"], self.validate())
+        read = point(state["step"], state["tokens"], self.validate(1))
         data = sum(len(w) for w in self.windows)
         return {"acceptance_by_position": final["acceptance"], "agreement_by_position": final["agreement"],
-                "mean_accepted": final["mean_accepted"], "read_text": {k: read[k] for k in ("acceptance", "agreement", "mean_accepted")},
+                "mean_accepted": final["mean_accepted"], "loss": final["loss"], "read_text": {k: read[k] for k in ("acceptance", "agreement", "mean_accepted")},
                 "train_tokens": data, "tokens_seen": state["tokens"], "steps": state["step"], "minutes": round(clock.elapsed / 60, 1),
                 "val_answer_drafts": final["tested"], "curve": state["curve"], "cpu": f"{cpu_model()} ({' '.join(reported_flags())})"}
 

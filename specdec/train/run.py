@@ -3,13 +3,13 @@
 The working folder keeps the data shards, a checkpoint and `plan.json` (the target's key, the
 recipe, the plan and the seconds spent so far). Run again with the same settings and it resumes
 where it stopped; with other settings it says so and stops (use another --work folder). The budget
-covers all of it: answers get the first ANSWERS_SHARE of the minutes, reading text the next
-READ_SHARE, training the rest but END_SHARE (the last figures and the file).
+covers all of it: after the held-out data (a fixed amount), the target's answers get ANSWERS_SHARE
+of the time left, reading text the next READ_SHARE, training the rest but END_SHARE of the whole
+budget (the last figures and the file). Each data phase writes at least one shard.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from specdec.train import gather
 from specdec.train.data import read_json, write_json
 from specdec.train.recipe import Plan, Recipe
 
-ANSWERS_SHARE, READ_SHARE, END_SHARE = 0.25, 0.15, 0.04
+ANSWERS_SHARE, READ_SHARE, END_SHARE = 0.35, 0.2, 0.05
 
 
 class Clock:
@@ -79,16 +79,22 @@ class Workspace:
 def gather_data(pair, recipe: Recipe, space: Workspace, clock: Clock, bars: bool, root: Path | None) -> None:
     from tqdm.auto import tqdm
 
-    plan, budget = space.plan, space.plan.minutes * 60
+    plan = space.plan
     sources = gather.Sources.of(pair, recipe, plan.seed, root)
     with tqdm(desc="held-out data", unit="tok", disable=not bars) as bar:
         gather.held_out(pair, recipe, sources, space.folder, bar.update)
+    if "deadlines" not in space.record:  # decided once, when the held-out data is in: a resumed run keeps them
+        left = plan.minutes * 60 - clock.elapsed
+        answers_end = clock.elapsed + ANSWERS_SHARE * left
+        space.record["deadlines"] = {"answers": answers_end, "read": answers_end + READ_SHARE * left}
+        space.save(clock)
+    deadlines = space.record["deadlines"]
     with tqdm(desc="target's answers", unit="tok", disable=not bars) as bar:
-        done = gather.answers_phase(pair, recipe, sources, space.folder, plan.answers, clock.until(ANSWERS_SHARE * budget), bar.update)
+        done = gather.answers_phase(pair, recipe, sources, space.folder, plan.answers, clock.until(deadlines["answers"]), bar.update)
     space.decide(clock, answers=plan.answers if plan.answers is not None else done)
     with tqdm(desc="target reads installed text", unit="tok", disable=not bars) as bar:
-        done = gather.code_phase(pair, recipe, sources, space.folder, plan.code_tokens,
-                                 clock.until((ANSWERS_SHARE + READ_SHARE) * budget), plan.seed, bar.update, root)
+        done = gather.code_phase(pair, recipe, sources, space.folder, plan.code_tokens, clock.until(deadlines["read"]),
+                                 plan.seed, bar.update, root)
     space.decide(clock, code_tokens=plan.code_tokens if plan.code_tokens is not None else done)
 
 
@@ -104,7 +110,7 @@ def train(pair, recipe: Recipe, plan: Plan, work: Path, out: Path, bars: bool = 
     gather_data(pair, recipe, space, clock, bars, root)
     loop = Loop.of(pair, recipe, space, autocast=pair.dtype == torch.bfloat16)
     if space.plan.steps is None:
-        per_step = loop.time_steps(copy.deepcopy, 2)
+        per_step = loop.time_steps(2)
         left = space.plan.minutes * 60 * (1 - END_SHARE) - clock.elapsed
         space.decide(clock, steps=max(1, int(left / per_step)))
     figures = loop.run(space, clock, bars)
