@@ -36,6 +36,8 @@ VARIANTS = {
     "mlp-1024": {"intermediate": 1024},
     "mlp-4096": {"intermediate": 4096},
     "ce-only": {"reg_weight": 0.0},
+    "lr-3e-3": {"lr": 3e-3},
+    "lr-3e-4": {"lr": 3e-4},
 }
 
 
@@ -45,6 +47,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="base,random-init,depth-1,mlp-1024,ce-only")
+    parser.add_argument("--tag", default="", help="prefix of the variants' folders (a new series after a code change)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -54,7 +57,7 @@ def main() -> int:
     rows = []
     for name in args.variants.split(","):
         recipe = dataclasses.replace(Recipe(**recorded["recipe"]), **VARIANTS[name])
-        work = data.with_name(f"{data.name}-{name}")
+        work = data.with_name(f"{data.name}-{args.tag}{name}")
         work.mkdir(exist_ok=True)
         for shard in data.glob("*.safetensors"):
             if not (work / shard.name).exists():

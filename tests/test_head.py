@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.core.head import HeadRun, HeadShape, HeadWeights, subset_logits
+from specdec.core.head import HeadRun, HeadShape, HeadWeights, RMSNorm, subset_logits
 from specdec.train.unroll import unroll
 
 
@@ -59,9 +59,10 @@ def test_crop_forgets_drafts_and_extending_in_pieces_is_extending_at_once():
 #
 # Tokens 0..V-1; the toy target's greedy next token is x + 1 (mod V), and its feature at position t
 # is 4 * onehot(next(x_t)) (so its lm_head, the identity, predicts x_{t+1}). The head reads
-# 1 * its feature and 2 * the token's one-hot embedding, both through the same map `rule`, and
-# returns that (attention and MLP switched off): a single peak only when the feature and the
-# token it is handed belong to the same position. Its rule follows the target except after token 5.
+# 2 * its (normalised) feature and 1 * the token's (normalised) one-hot embedding, both through the
+# same map `rule`, and returns that (attention and MLP switched off): a single peak when the feature
+# and the token it is handed belong to the same position, the feature's peak winning when they do
+# not. Its rule follows the target except after token 5.
 
 V = 16
 
@@ -82,9 +83,10 @@ def toy():
     with torch.no_grad():
         for p in head.parameters():
             p.zero_()
-        for norm in (head.input_layernorm, head.post_attention_layernorm, head.norm):
-            norm.weight.fill_(1.0)
-        head.fc.weight.copy_(torch.cat([1.0 * rule, 2.0 * rule], dim=1))
+        for module in head.modules():
+            if isinstance(module, RMSNorm):
+                module.weight.fill_(1.0)
+        head.fc.weight.copy_(torch.cat([2.0 * rule, 1.0 * rule], dim=1))
     embed = nn.Embedding(V, V).double()
     lm_head = nn.Linear(V, V, bias=False).double()
     with torch.no_grad():

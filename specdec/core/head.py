@@ -5,7 +5,8 @@ row its lm_head turns into the distribution of token t+1. The head takes the pai
 (f_t, embedding of token t+1), the embedding from the target's own (frozen) table, and predicts
 f_{t+1}:
 
-    x = fc([f_t ; e(x_{t+1})])            (2H -> H)
+    x = fc([norm(f_t) ; norm(e(x_{t+1}))])   (2H -> H; each half normalised: the embedding's rows are
+                                          about 200x smaller than the features, EAGLE-3 normalises both)
     x = x + attention(norm_1(x))          the target's head counts and rotary, over the head's own cache
     x = x + mlp(norm_2(x))                an MLP narrower than the target's
     f'_{t+1} = norm(x)                    in the target's post-norm space: lm_head(f') is a draft distribution
@@ -85,6 +86,7 @@ class HeadWeights(nn.Module):
         super().__init__()
         h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
         self.shape = shape
+        self.feature_norm, self.embed_norm = RMSNorm(h, shape.eps), RMSNorm(h, shape.eps)
         self.fc = nn.Linear(2 * h, h, bias=True)
         self.input_layernorm = RMSNorm(h, shape.eps)
         self.q_proj, self.k_proj, self.v_proj = nn.Linear(h, q), nn.Linear(h, kv), nn.Linear(h, kv)
@@ -113,7 +115,7 @@ class HeadWeights(nn.Module):
 
     def inputs(self, features: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """features, embeds (..., T, H) -> the layer's input x (..., T, H)."""
-        return self.fc(torch.cat([features, embeds], dim=-1))
+        return self.fc(torch.cat([self.feature_norm(features), self.embed_norm(embeds)], dim=-1))
 
     def keys_values(self, normed: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         """normed (..., T, H) -> k, v (..., kv_heads, T, head_dim), k rotated."""
