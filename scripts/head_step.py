@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.core.runners.eager_model import CachedModel  # noqa: E402
 from specdec.kernels.cpu_linear import linear_for  # noqa: E402
 from specdec.kernels.head_offer import find_head, head_ids, head_run, head_weights, subset_lm_head  # noqa: E402
 from specdec.kernels.head_store import read_head  # noqa: E402
