@@ -229,3 +229,72 @@ def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair):
     parts = run_parts(tiny_pair, head_config(k_policy="cost"), costs=table)
     assert parts.costs.draft_s == head_step_s(tiny_pair, head_source(tiny_pair, "bf16"), "dense") < 0.5
     assert parts.costs.target_s == table.target_s
+
+
+def test_the_bench_runs_the_head_modes(tiny_pair, monkeypatch, tmp_path):
+    from specdec.bench.report import table
+    from specdec.bench.runner import bench
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # best_head's cost table is measured there
+    prompts = [{"id": "add", "prompt": PROMPT, "chat": False}]
+    report = bench(tiny_pair, prompts, modes=["plain", "head", "best_head"], k=3, max_new_tokens=16, warmup_tokens=2,
+                   log=lambda line: None)
+    summary = report["summary"]
+    assert summary["all_identical_to_plain"] == {"head": True, "best_head": True}
+    by_position = summary["acceptance_by_position"]["head"]
+    assert 1 <= len(by_position) <= 3 and all(0 <= v <= 1 for v in by_position)
+    assert "head" in summary["cost_ratio_c"] and summary["fastest_exact"] is not None
+    assert "acceptance by draft position" in table(report)
+
+
+def test_acceptance_by_position_counts_what_was_tested():
+    from types import SimpleNamespace as Step
+
+    from specdec.bench.report import acceptance_by_position
+
+    steps = [Step(drafted=(1, 2, 3), accepted=3), Step(drafted=(1, 2, 3), accepted=1), Step(drafted=(1, 2), accepted=0),
+             Step(drafted=(), accepted=0)]
+    # position 1: tested 3, kept 2; position 2: tested 2 (the steps that kept 1), kept 1; position 3: tested 1, kept 1
+    assert acceptance_by_position(steps) == [2 / 3, 1 / 2, 1.0]
+
+
+# --- the page ---------------------------------------------------------------------------------------
+
+def test_the_page_offers_the_head_only_with_a_verified_file(monkeypatch):
+    from app import advanced
+
+    monkeypatch.setattr(head_offer, "head_note", lambda name: "")
+    choices, info = advanced.drafter_choices("some-pair")
+    assert ("head: a layer trained on the target's own hidden states", "head") in choices
+    monkeypatch.setattr(head_offer, "head_note", lambda name: "head file x is truncated or damaged (10 bytes)")
+    choices, info = advanced.drafter_choices("some-pair")
+    assert "head" not in [value for _, value in choices]
+    assert info == "The trained head is not offered: head file x is truncated or damaged (10 bytes)"
+
+
+def test_head_note_says_why_before_the_pair_is_loaded(monkeypatch, tmp_path, head_file):
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: tmp_path / "none.safetensors")
+    assert head_offer.head_note("tiny-random") == "no head trained for tiny-random (train one: python -m specdec head train)"
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: head_file)
+    assert "only on the embedded bundle's weights" in head_offer.head_note("tiny-random")
+
+
+def test_the_status_line_names_the_head(tiny_pair):
+    from app.live import new_view
+
+    view = new_view(tiny_pair, head_config(), show_rejected=True, prompt=PROMPT)
+    assert "drafter: the trained head (tiny-random.safetensors, dense products)" in view.status
+
+
+def test_the_step_panel_records_the_heads_q(tiny_pair):
+    from app.step_panel import render_panel
+    from specdec.core.detail import explain
+    from specdec.engines.ours import OurSource
+
+    decoding = OurSource(tiny_pair, head_config(k=3, temperature=0.8, max_new_tokens=12)).run(PROMPT, detailed=True)
+    events = list(decoding)
+    first = next(i for i, e in enumerate(events) if e.drafted)
+    detail = decoding.details[first]
+    assert detail.positions[0].draft_top is not None  # q's top tokens, as for the draft model
+    html = render_panel(explain(events[first], detail))
+    assert "the trained head proposed" in html

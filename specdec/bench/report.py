@@ -90,6 +90,8 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
         "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].accepted_share is not None},
+        "acceptance_by_position": {m: found for m in modes
+                                   if (found := acceptance_by_position([e for p in prompts for e in events.get((p, m), ())]))},
     }
     pairs = {p: (events[p, spec_mode], events[p, "plain"]) for p in prompts if (p, spec_mode) in events}
     summary["leviathan"] = leviathan(pairs) if pairs else None
@@ -117,6 +119,24 @@ def cost_ratios(events: dict, modes, prompts) -> dict:
                 cs.append(m.draft_pass_s / plain.target_pass_s)
         if cs:
             out[mode] = statistics.median(cs)
+    return out
+
+
+def acceptance_by_position(events, positions: int = 8) -> list[float]:
+    """Accepted over tested at draft positions 1..positions, over all the steps given: position i is
+    tested in a step that drafted at least i tokens and kept the i-1 before it (vLLM's and
+    llama.cpp's per-position figures); the list stops at the first position never tested."""
+    tested, kept = [0] * positions, [0] * positions
+    for e in events:
+        for i in range(min(len(e.drafted), positions)):
+            if e.accepted >= i:  # drafts 1..i kept: draft i+1 was judged
+                tested[i] += 1
+                kept[i] += e.accepted > i
+    out = []
+    for t, k in zip(tested, kept):
+        if not t:
+            break
+        out.append(k / t)
     return out
 
 
@@ -204,6 +224,9 @@ def summary_lines(report: dict) -> list[str]:
         lines.append("geomean vs hf_assisted (stock draft): " + ", ".join(f"{m} {v:.2f}x" for m, v in s["vs_hf_assisted"].items() if v))
     if s["cost_ratio_c"]:
         lines.append("c (drafting per token / plain decode step, median): " + ", ".join(f"{m} {v:.3f}" for m, v in s["cost_ratio_c"].items()))
+    if s.get("acceptance_by_position"):
+        lines.append("acceptance by draft position (accepted / tested, all prompts): " + "; ".join(
+            f"{m} " + " ".join(f"{v:.2f}" for v in values) for m, values in s["acceptance_by_position"].items()))
     if s["draft_memory_gb"]:
         lines.append("draft resident memory: " + ", ".join(f"{m} {v:.2f} GB" for m, v in s["draft_memory_gb"].items()))
     lines += fastest_lines(s.get("fastest_exact")) + faithfulness_lines(s)

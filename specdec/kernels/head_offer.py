@@ -109,6 +109,34 @@ def offered_head(pair) -> HeadOffer:
     return kept[1]
 
 
+def head_note(pair_name: str) -> str:
+    """Whether the head can be offered for `pair_name` before the pair is loaded (the page's Drafter
+    choice): "" when a head file for it reads whole (its digest verified) and was trained for the
+    target weights the pair loads here, the embedded bundle's; else the one line why not. A run
+    checks again with the loaded pair (find_head: the tokenizer and the shape too)."""
+    from specdec.models import bundle
+    from specdec.models.presets import PRESETS
+
+    preset = PRESETS.get(pair_name)
+    paths = [trained_path(pair_name), *([SHIPPED[pair_name]] if pair_name in SHIPPED else [])]
+    if not any(p.is_file() for p in paths):
+        return f"no head trained for {pair_name} (train one: python -m specdec head train)"
+    if preset is None or not preset.bundle or not (bundle.bundle_available(preset.bundle) or bundle.is_converted(preset.bundle)):
+        return f"the head is offered for {pair_name} only on the embedded bundle's weights, and this pair loads from elsewhere"
+    weights = bundle.bundle_models(preset.bundle)[0].sha256
+    refused = []
+    for path in (p for p in paths if p.is_file()):
+        try:
+            trained = read_head(path).record.get("target", {})
+        except HeadFileError as err:
+            refused.append(str(err))
+            continue
+        if trained.get("weights_sha256") == weights:
+            return ""
+        refused.append(f"head file {path} was trained for target {trained.get('name')!r}, not for this pair's weights")
+    return "; ".join(refused)
+
+
 def head_weights(pair, stored: StoredHead, kernel: str = "dense") -> HeadWeights:
     """The head built for the pair's device: dense in the pair's dtype, or on the w8a8 kernel
     (its int8 rows as stored; activations in the pair's dtype)."""
