@@ -298,3 +298,18 @@ def test_the_step_panel_records_the_heads_q(tiny_pair):
     assert detail.positions[0].draft_top is not None  # q's top tokens, as for the draft model
     html = render_panel(explain(events[first], detail))
     assert "the trained head proposed" in html
+
+
+@pytest.mark.parametrize("kernel", ["int8", "w8a8"])
+def test_greedy_head_speculation_equals_plain_on_other_target_kernels(tiny_pair, kernel):
+    """The head beside a target kernel that computes in another dtype (int8: bf16 features on an fp32
+    pair) or with its products on the w8a8 kernel (the head's too)."""
+    if kernel == "w8a8":
+        from specdec.kernels import w8a8_build
+
+        if not w8a8_build.available(torch.device("cpu"))[0]:
+            pytest.skip(w8a8_build.unavailable_reason(torch.device("cpu")))
+    plain = tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", target_kernel=kernel, max_new_tokens=24)))
+    for runner in ("eager", "static"):
+        events = run_checked(tiny_pair, PROMPT, head_config(k=3, target_kernel=kernel, runner=runner, max_new_tokens=24))
+        assert tokens(events) == plain and sum(e.accepted for e in events) > 0

@@ -250,5 +250,17 @@ class HeadRun:
 
     @torch.inference_mode()
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
-        """(1, H) -> (1, V) through the target's lm_head (restricted to the subset, if one was given)."""
-        return self.lm_head(feature.to(self.feature_dtype or feature.dtype))
+        """(1, H) -> (1, V) through the target's lm_head (restricted to the subset, if one was given),
+        fed in the dtype of its float weight where it has one (a target kernel may compute its
+        features in another dtype than the pair's lm_head: int8's in bf16), else the features' own."""
+        return self.lm_head(feature.to(lm_head_dtype(self.lm_head, self.feature_dtype or feature.dtype)))
+
+
+def lm_head_dtype(lm_head, fallback: torch.dtype) -> torch.dtype:
+    """The dtype a dense lm_head (or a SubsetHead's dense inner layer) multiplies in; `fallback` for
+    one that takes any (a w8a8 layer, a sliced subset)."""
+    for module in (lm_head, getattr(lm_head, "inner", None)):
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.is_floating_point():
+            return weight.dtype
+    return fallback
