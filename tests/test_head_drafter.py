@@ -313,3 +313,14 @@ def test_greedy_head_speculation_equals_plain_on_other_target_kernels(tiny_pair,
     for runner in ("eager", "static"):
         events = run_checked(tiny_pair, PROMPT, head_config(k=3, target_kernel=kernel, runner=runner, max_new_tokens=24))
         assert tokens(events) == plain and sum(e.accepted for e in events) > 0
+
+
+def test_the_shipped_head_is_whole_small_and_keyed_to_the_embedded_target():
+    from specdec.kernels.head_store import read_head
+    from specdec.models.bundle import BUNDLE_NAME, bundle_models
+
+    path = head_offer.SHIPPED["qwen2.5-coder-1.5b/0.5b"]
+    stored = read_head(path)  # its tensors' digest verified
+    target = bundle_models(BUNDLE_NAME)[0]
+    assert stored.record["target"]["name"] == target.key and stored.record["target"]["weights_sha256"] == target.sha256
+    assert path.stat().st_size <= 32e6
