@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run test bench prepare browser engines vllm clean-cache
+.PHONY: run test bench prepare browser engines vllm head clean-cache
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ test: $(VENV)/.test-deps prepare browser engines
 
 bench: prepare
 	$(PY) -m specdec bench --prompts assets/bench_prompts.json
+
+# Retrain the shipped draft head (docs/head.md) with the plan and seed it was trained with: the same
+# data and steps give the same file on the same installation (about an hour on 2 cores).
+HEAD_FILE := assets/heads/qwen2.5-coder-1.5b-instruct.safetensors
+head: prepare
+	nice -n 5 $(PY) -m specdec head train --seed 0 --threads 1 --answers HEAD_ANSWERS --code-tokens HEAD_CODE_TOKENS --steps HEAD_STEPS --out $(HEAD_FILE)
 
 # vLLM's CPU build in its own environment under the cache (it pins an older transformers than
 # ours): a few minutes and about 3.5 GB once, a no-op afterwards. The vLLM tests skip without it.

@@ -14,7 +14,20 @@ from specdec.engines import choice
 from specdec.kernels.machine_defaults import defaults_for
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
-SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter"}
+HEAD_CHOICE = ("head: a layer trained on the target's own hidden states", "head")  # offered where a verified head file is
+SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter", "head": "trained head"}
+
+
+def drafter_choices(pair_name: str) -> tuple[list[tuple[str, str]], str]:
+    """(the Drafter choice's options, its info line) for the page's pair: the head among them when
+    a head file for that pair is found and verified (specdec.kernels.head_offer.head_note), else the
+    info line says why it is not offered."""
+    from specdec.kernels.head_offer import head_note
+
+    why = head_note(pair_name)
+    if not why:
+        return [*DRAFTERS, HEAD_CHOICE], f"head: one layer that reads the target's final hidden states ({pair_name}'s head file, verified)."
+    return list(DRAFTERS), f"The trained head is not offered: {why}"
 
 
 @dataclass(frozen=True)

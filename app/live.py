@@ -92,6 +92,8 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
             pair = held.enter_context(store.acquire(s.pair_name, progress=lambda f, msg: progress(f, desc=msg)))
             prompt = values[page.prompt]
             pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=s.config.max_new_tokens)  # before any GPU time
+            if s.config.uses_head:
+                head_label(pair, s.config)  # a pair without a verified head: refused here, with the reason
         except ValueError as err:
             gr.Warning(str(err))
             yield {page.status: f"Not started: {err}"}
@@ -188,13 +190,26 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = f", draft variant {config.draft_variant}" if config.uses_draft_model else ""
+    drafts = (f", draft variant {config.draft_variant}" if config.uses_draft_model
+              else f", drafter: the trained head ({head_label(pair, config)})" if config.uses_head else "")
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
                           f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "
                           f"{config.runner} runner{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
+
+
+def head_label(pair, config: GenerationConfig) -> str:
+    """Which head file drafts, and how its products run (specdec.engines.assemble); ValueError with
+    the reason when the loaded pair has no verified head."""
+    from specdec.engines.assemble import head_kernel
+    from specdec.kernels.head_offer import offered_head
+
+    offer = offered_head(pair)
+    if offer.stored is None:
+        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+    return f"{offer.stored.path.name}, {head_kernel(config.target_kernel)} products"
 
 
 def last_frame(page: Page, values: dict, view: RunView) -> dict:

@@ -237,7 +237,8 @@ def _advanced(page: Page, default_pair: str, pair_note: str) -> None:
     with gr.Accordion(advanced.summary(defaults), open=False, elem_id="advanced") as page.advanced:
         if pair_note:
             gr.Markdown(f"Model pairs here. {pair_note}", elem_id="pair-offer")
-        page.drafter = gr.Radio(advanced.DRAFTERS, value=defaults.drafter, label="Drafter", elem_id="drafter")
+        drafters, drafter_info = advanced.drafter_choices(default_pair)
+        page.drafter = gr.Radio(drafters, value=defaults.drafter, label="Drafter", elem_id="drafter", info=drafter_info)
         with gr.Row():
             page.draft_variant = gr.Dropdown(list(variants.names), value=defaults.draft_variant, label="Draft variant",
                                              elem_id="draft-variant", info=advanced.DRAFT_VARIANT_HELP + variants.explain(device.type))

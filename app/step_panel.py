@@ -84,7 +84,7 @@ def _tok(cls: str, text: str) -> str:
 
 VERDICT_WORDS = {ACCEPTED: "kept", REJECTED: "rejected", DISCARDED: "discarded"}
 VERDICT_CLASS = {ACCEPTED: "accepted", REJECTED: "rejected", DISCARDED: "rejected"}
-DRAFTER_WORDS = {"model": "the draft model", "lookup": "prompt lookup"}
+DRAFTER_WORDS = {"model": "the draft model", "lookup": "prompt lookup", "head": "the trained head"}
 
 
 def render_panel(x: StepExplanation | None) -> str:

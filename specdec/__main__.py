@@ -1,4 +1,4 @@
-"""Command line: `python -m specdec generate|bench|passes|prepare|engines ...`."""
+"""Command line: `python -m specdec generate|bench|passes|prepare|engines|head ...`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from specdec.cli.args import (add_bench_command_args, add_generation_args, add_model_args, generation_config, load, runner_names,
                               variant_names)
 from specdec.cli.engines import add_engines_command
+from specdec.cli.head import add_head_command
 from specdec.cli.passes import add_passes_command
 from specdec.core.events import BONUS, CORRECTION, StepEvent
 
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=cmd_bench)
     add_passes_command(sub)
     add_engines_command(sub)
+    add_head_command(sub)
     args = parser.parse_args(argv)
     from specdec.models.bundle_chunks import BundleError  # light: no torch
     from specdec.engines.base import EngineError

@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "specdec"
 
 # Lowest first. A module may import its own layer and any layer before it in this list.
-LAYERS = ("core", "models", "kernels", "measure", "engines", "serving", "record", "bench", "cli")
+LAYERS = ("core", "models", "kernels", "measure", "train", "engines", "serving", "record", "bench", "cli")
 # The package's entry point (`python -m specdec`) sits above every layer.
 TOP = {"__main__"}
 # (importer, imported): an import against the layer order, with the reason it stays.

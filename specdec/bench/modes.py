@@ -6,7 +6,8 @@ modes without importing the benchmark, which imports them: the dependency runs o
 
 from specdec.engines.bench_servers import SERVED_MODES
 
-OUR_MODES = ("plain", "spec", "lookup", "best", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+OUR_MODES = ("plain", "spec", "lookup", "best", "head", "best_head", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+HEAD_MODES = ("head", "best_head")  # our modes where the trained head drafts (docs/head.md)
 DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
 HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
 # *_cpulinear: transformers' loop with our CPU matmul choices (kernels.cpu_linear.CpuLinear), which
@@ -15,3 +16,4 @@ HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear"
 # own draft loop), each speculative one checked against its own plain (specdec/engines/bench_servers.py).
 MODES = OUR_MODES + HF + SERVED_MODES
 DEFAULT_MODES = ("plain", "spec", "best", "hf_assisted", "hf_lookup")
+HEAD_DEFAULT_MODES = ("plain", "best", "head", "best_head")  # bench --drafter head: the head beside plain and the draft model's best

@@ -1,5 +1,6 @@
 """The bench's settings of our engine per mode: fixed or adaptive K with the draft model, prompt
-lookup, plain decoding, and `best`, the policy chosen on the mixed prompt set."""
+lookup, plain decoding, `best`, the policy chosen on the mixed prompt set, and the trained head
+(`head`: K as `spec`'s; `best_head`: K from the cost table)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: 
         return replace(base, drafter="lookup", draft_variant="bf16")
     if mode == "best":
         return best_config(base)
+    if mode == "head":
+        policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
+        return replace(base, drafter="head", k_policy=policy, k_max=MAX_K, draft_variant="bf16")
+    if mode == "best_head":
+        return best_head_config(base)
     raise ValueError(f"{mode!r} is not one of our modes")
 
 
@@ -44,6 +50,12 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
     0..8 (0: a plain step where drafting would not pay; specdec/core/k_policy.py); the draft stops
     early when unsure (a rejected draft token costs a draft pass for nothing)."""
     return replace(base, drafter="auto", k_policy="cost", k_max=8, draft_confidence=0.4)
+
+
+def best_head_config(base: GenerationConfig) -> GenerationConfig:
+    """The head with K from the cost table (the head's own measured step as its draft cost:
+    specdec.measure.head_cost), within 0..8: best's K policy with the head drafting every step."""
+    return replace(base, drafter="head", k_policy="cost", k_max=8, draft_variant="bf16")
 
 
 def best_description() -> str:

@@ -50,7 +50,7 @@ def add_runner_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
 
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain decoding")
+    p.add_argument("--drafter", default="model", choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; head: the trained head (docs/head.md); auto: lookup, else model; none: plain decoding")
     p.add_argument("--k", type=int, default=5, help=f"draft length, 1..{MAX_K}")
     add_k_policy_arg(p)
     p.add_argument("--adaptive", action="store_true", help="the same as --k-policy adaptive")
@@ -134,7 +134,7 @@ def load(args):
 
 def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     """Every option of `bench` (also `python -m specdec.cli.bench`)."""
-    from specdec.bench.modes import DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
+    from specdec.bench.modes import DEFAULT_MODES, HEAD_DEFAULT_MODES, MODES  # the names only: bench imports this module, not the reverse
     from specdec.models.dtypes import DTYPES
 
     p.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "..", "assets", "bench_prompts.json"))
@@ -153,6 +153,9 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=None,
                    help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4) "
                         f"(default: {','.join(DEFAULT_MODES)})")
+    p.add_argument("--drafter", choices=["model", "head"], default="model",
+                   help="the default modes: model: " + ",".join(DEFAULT_MODES) + "; head: " + ",".join(HEAD_DEFAULT_MODES)
+                        + " (the trained head, docs/head.md); --modes overrides either")
     p.add_argument("--predictions", action="store_true",
                    help="instead of the modes: per prompt, spec's measured speedup over plain decoding (prompt processing excluded) "
                         "beside the three predictions of specdec.measure.metrics; one draft variant, kernel and runner; "

@@ -9,7 +9,7 @@ import sys
 from contextlib import nullcontext
 
 from specdec.bench import predictions, runner
-from specdec.bench.modes import DEFAULT_MODES
+from specdec.bench.modes import DEFAULT_MODES, HEAD_DEFAULT_MODES
 from specdec.bench.report import table
 from specdec.bench.runner import bench, load_prompts
 from specdec.cli.args import add_bench_command_args, k_policy_of, kernel_names, load, runner_names, variant_names
@@ -36,7 +36,8 @@ def run_bench(args) -> int:
         set_draft_dtype(pair, getattr(args, "draft_dtype", None))
         if getattr(args, "predictions", False):
             return run_predictions(args, pair, prompts)
-        modes = [m.strip() for m in (getattr(args, "modes", None) or ",".join(DEFAULT_MODES)).split(",") if m.strip()]
+        default = HEAD_DEFAULT_MODES if getattr(args, "drafter", "model") == "head" else DEFAULT_MODES
+        modes = [m.strip() for m in (getattr(args, "modes", None) or ",".join(default)).split(",") if m.strip()]
         report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernel_names(args),
                        runners=runner_names(args, pair), k=args.k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                        schedule=getattr(args, "schedule", "constant"), k_policy=getattr(args, "k_policy", None))

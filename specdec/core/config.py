@@ -9,7 +9,7 @@ from specdec.core.variant_names import parse_kernel, variant_parts
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
-DRAFTERS = ("model", "lookup", "auto", "none")  # who drafts: specdec/core/proposers/
+DRAFTERS = ("model", "lookup", "head", "auto", "none")  # who drafts: specdec/core/proposers/
 K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/core/k_policy.py
 RUNNERS = ("eager", "static", "compiled")  # how both models' passes run (specdec/core/runners/)
 
@@ -25,7 +25,7 @@ class GenerationConfig:
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
     top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1 = off
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
-    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
+    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; head: a layer on the target's features; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
     target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k | w8a8 (specdec/core/variant_names.py)
@@ -49,6 +49,11 @@ class GenerationConfig:
     def uses_lookup(self) -> bool:
         """Prompt lookup drafts some steps (all of them with "lookup"; where it matches with "auto")."""
         return self.drafter in ("lookup", "auto")
+
+    @property
+    def uses_head(self) -> bool:
+        """The trained head drafts every step (it reads the target's features: specdec/core/proposers/head.py)."""
+        return self.drafter == "head"
 
     @property
     def needs_cost_table(self) -> bool:

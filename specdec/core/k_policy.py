@@ -131,8 +131,10 @@ class CostK:
     seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
 
-    `drafter` ("model" or "lookup"): who will draft this step. Prompt lookup costs no draft pass
-    (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate.
+    `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
+    pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. The draft
+    model and the head cost the table's draft_s per token (a run with the head is handed a table
+    whose draft_s is the head's measured step: specdec.measure.head_cost, read in specdec.engines.assemble).
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
@@ -140,7 +142,7 @@ class CostK:
 
     def __init__(self, costs: Costs, k_max: int):
         self.costs, self.k_max = costs, k_max
-        self.estimates = {"model": AcceptanceEstimate(), "lookup": AcceptanceEstimate()}
+        self.estimates = {"model": AcceptanceEstimate(), "lookup": AcceptanceEstimate(), "head": AcceptanceEstimate()}
         self.plain_run = 0  # K = 0 steps in a row
         self.wait = self.PROBE_AFTER  # plain steps before the next probe
 
@@ -148,7 +150,7 @@ class CostK:
         if drafter == "lookup":
             return 0.0
         if self.costs.draft_s is None:
-            raise ValueError("the cost policy needs the draft model's pass cost, and the cost table has none (no draft model)")
+            raise ValueError(f"the cost policy needs the {drafter} drafter's pass cost, and the cost table has none (no draft model)")
         return float(self.costs.draft_s)
 
     def choose(self, drafter: str = "model") -> Choice:

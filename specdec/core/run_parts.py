@@ -15,6 +15,7 @@ from specdec.core.runners import ModelLender
 from specdec.core.runners.runner import Runner
 
 if TYPE_CHECKING:
+    from specdec.core.proposers.head import HeadSource
     from specdec.measure.passcost import PassCosts
 
 
@@ -26,4 +27,5 @@ class RunParts:
     device: torch.device  # where the run's tensors and its seeded generator live (the pair's device)
     eos_ids: frozenset[int]  # tokens that end the run where they stand
     tokenizer: object  # the pair's tokenizer: decodes the sequence into display text per token
-    runner: type[Runner] = Runner  # what runs the steps (runners.recording.RecordingRunner records them for the step panel)
+    runner: type[Runner] = Runner
+    head: HeadSource | None = None  # the trained head, for drafter "head"; None: no head drafts  # what runs the steps (runners.recording.RecordingRunner records them for the step panel)

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 from specdec.core.config import GenerationConfig
 from specdec.core.decoding import Decoding
+from specdec.core.proposers.head import HeadSource
 from specdec.core.run_parts import RunParts
 from specdec.core.runners import runner_model
 from specdec.core.runners.recording import RecordingRunner
 from specdec.core.runners.runner import Runner
 from specdec.kernels.cpu_linear import linear_for
+from specdec.kernels.head_offer import HEAD_VOCAB, head_ids, head_run, head_weights, offered_head, subset_lm_head
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
 from specdec.measure.cost_table import costs_for
+from specdec.measure.head_cost import head_step_s
 from specdec.measure.passcost import PassCosts
 from specdec.models.pair import ModelPair
 
@@ -35,6 +39,8 @@ def build_decoding(pair: ModelPair, prompt_ids: list[int], config: GenerationCon
     config.validate()
     if config.uses_draft_model and pair.draft is None:
         raise ValueError(f"drafter {config.drafter!r} needs a draft model, and pair {pair.name!r} has none")
+    if config.uses_head and offered_head(pair).stored is None:
+        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offered_head(pair).reason}")
     if detailed:
         config = replace(config, runner="eager")
     parts = run_parts(pair, config, costs, RecordingRunner if detailed else Runner)
@@ -48,6 +54,8 @@ def prepare(pair: ModelPair, config: GenerationConfig, progress: bool = False) -
     kernel_target(pair, config.target_kernel)
     if config.uses_draft_model:
         draft_model(pair, config.draft_variant)
+    if config.uses_head:
+        head_source(pair, config.target_kernel)
     if config.needs_cost_table:
         costs_for(pair, config, progress=progress)
 
@@ -65,5 +73,36 @@ def run_parts(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None
     if config.uses_draft_model:
         draft_module = draft_model(pair, config.draft_variant)  # built once per pair and variant
         draft = runner_model(config.runner, draft_module, pair.vocab_size, linear_for(draft_module))
+    head = head_source(pair, config.target_kernel) if config.uses_head else None
+    if head is not None and costs is not None:
+        # The cost policy's draft cost for the head is its own step, timed here (head_cost.py), not the
+        # draft model's pass the table holds.
+        costs = replace(costs, draft_s=head_step_s(pair, head, head_kernel(config.target_kernel)))
     return RunParts(target=target, draft=draft, costs=costs, device=pair.device, eos_ids=pair.eos_ids,
-                    tokenizer=pair.tokenizer, runner=runner)
+                    tokenizer=pair.tokenizer, runner=runner, head=head)
+
+
+def head_kernel(target_kernel: str) -> str:
+    """How the head's products run: on the w8a8 kernel beside a w8a8 target (the same int8 family
+    as the target's layers), dense in the pair's dtype beside every other target kernel."""
+    return "w8a8" if target_kernel == "w8a8" else "dense"
+
+
+def head_source(pair: ModelPair, target_kernel: str) -> HeadSource:
+    """The pair's verified head (head_offer.offered_head), built once per file and kernel: each run
+    makes a HeadRun of its own (its KV cache) over the built weights and the target's lm_head rows
+    of the head's vocabulary. ValueError with find_head's reason when the pair has none."""
+    offer = offered_head(pair)
+    if offer.stored is None:
+        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+    kernel = head_kernel(target_kernel)
+    key = f"head:source:{offer.stored.path}:{id(offer.stored)}:{kernel}"
+    if key not in pair.variants:
+        weights = head_weights(pair, offer.stored, kernel)
+        vocab_rows = pair.target.get_output_embeddings().out_features
+        # The head drafts from the HEAD_VOCAB most frequent tokens, as it was judged in training; a
+        # target with no more rows than that keeps its own lm_head (head_run's default).
+        rows = subset_lm_head(pair, head_ids(pair), kernel) if vocab_rows > HEAD_VOCAB else None
+        label = Path(offer.stored.path).name
+        pair.variants[key] = HeadSource(lambda: head_run(pair, weights, rows), pair.vocab_size, label)
+    return pair.variants[key]

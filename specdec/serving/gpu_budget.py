@@ -131,8 +131,9 @@ class PassCosts:
 
 
 def draft_passes(config: GenerationConfig) -> int:
-    """Most draft-model passes one step can make."""
-    if not config.uses_draft_model:
+    """Most draft passes one step can make (the head's steps counted at a draft-model pass: it is
+    not measured on a GPU yet, and a draft pass costs more, so the budget errs long)."""
+    if not (config.uses_draft_model or config.uses_head):
         return 0
     return max(config.k, config.k_max) if config.k_policy != "fixed" else config.k
 

@@ -9,11 +9,13 @@ the target's features needs no special case in the loop or the runner.
 
 - model.py: a small draft model that shares the target's tokenizer, K passes per draft.
 - lookup.py: prompt lookup, the tokens that followed the latest earlier match of the last n-gram.
+- head.py: a layer trained on the target's own features, K steps of its own per draft.
 """
 
 from __future__ import annotations
 
 from specdec.core.proposers.base import Draft, Proposer, nothing
+from specdec.core.proposers.head import HeadProposer
 from specdec.core.proposers.lookup import LookupProposer
 from specdec.core.proposers.model import ModelProposer
 
@@ -22,7 +24,7 @@ __all__ = ["Draft", "Proposer", "nothing", "pick", "proposers_for"]
 
 def proposers_for(parts, config, generator) -> list[Proposer]:
     """A run's proposers, in the order pick() asks them (GenerationConfig.drafter): prompt lookup
-    and/or the draft model; none for plain decoding."""
+    and/or the draft model, or the head; none for plain decoding."""
     proposers: list[Proposer] = []
     if config.uses_lookup:
         # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
@@ -31,6 +33,10 @@ def proposers_for(parts, config, generator) -> list[Proposer]:
         proposers.append(LookupProposer(config.lookup_ngram, 2 if config.uses_draft_model else 1))
     if config.uses_draft_model:
         proposers.append(ModelProposer(parts.draft, config, generator))
+    if config.uses_head:
+        if parts.head is None:
+            raise ValueError("drafter 'head' needs a head, and the run was given none")
+        proposers.append(HeadProposer(parts.head, config, generator))
     return proposers
 
 

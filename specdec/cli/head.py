@@ -1,0 +1,137 @@
+"""`python -m specdec head train|eval`: the draft head trained on the target's own features, and its figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdec.train.recipe import Plan, Recipe
+
+TRAIN_DEFAULTS = Recipe()
+
+
+def add_head_command(sub) -> None:
+    h = sub.add_parser("head", help="a draft head trained here on the target's own features (EAGLE style)")
+    actions = h.add_subparsers(dest="action", required=True)
+    t = actions.add_parser("train", help="collect the target's features, train the head, write its file (resumes when interrupted)")
+    _common(t)
+    t.add_argument("--minutes", type=float, default=60.0, help="budget for data and training together (default 60)")
+    t.add_argument("--seed", type=int, default=0, help="the data's order, the prompts, the start and the batches (default 0)")
+    t.add_argument("--out", help="the head file to write (default: this machine's head for the pair, in the cache)")
+    t.add_argument("--answers", type=int, help="prompts the target answers for training (default: as many as the time share allows)")
+    t.add_argument("--code-tokens", type=int, help="tokens of installed text read for training (default: as the time share allows)")
+    t.add_argument("--steps", type=int, help="optimizer steps (default: as many as the time left allows)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    for name in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions"):
+        default = getattr(TRAIN_DEFAULTS, name)
+        t.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=f"recipe: {name} (default {default})")
+    t.add_argument("--init", choices=("last-layer", "random"), default=TRAIN_DEFAULTS.init, help="the head's start (default last-layer)")
+    t.set_defaults(func=cmd_train)
+    e = actions.add_parser("eval", help="a head file's top-1 agreement with the target by draft position, on the held-out data")
+    _common(e)
+    e.add_argument("--head", help="the head file (default: the head this pair is offered)")
+    e.add_argument("--seed", type=int, default=0, help="the seed whose held-out data to use (default 0)")
+    e.add_argument("--kernel", choices=("dense", "w8a8"), default="dense", help="how the head's layers run (default dense)")
+    e.add_argument("--any-target", action="store_true",
+                   help="judge the head on this pair's target even if it was trained for other weights (to measure whether it transfers)")
+    e.set_defaults(func=cmd_eval)
+
+
+def _common(p) -> None:
+    p.add_argument("--pair", default=None, help="the model pair (default: $SPECDEC_PAIR or the embedded pair)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--work", help="working folder: data shards, checkpoint, plan (default: in the cache, per pair and seed)")
+    p.add_argument("--text-root", help="read text from this folder instead of the installed packages")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's own). On a machine shared with other jobs one "
+                                                "thread can be faster than two: each parallel region waits for its slowest thread")
+
+
+def use_threads(args) -> None:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def work_folder(args, pair) -> Path:
+    """--work, else a folder in the cache per pair, target weights and seed (features of other weights never mix)."""
+    from specdec.kernels.head_offer import slug, target_key
+    from specdec.models.bundle import cache_root
+
+    if args.work:
+        return Path(args.work)
+    return cache_root() / "head-train" / f"{slug(pair.name)}-{target_key(pair)['weights_sha256'][:12]}-seed{args.seed}"
+
+
+def recipe_of(args) -> Recipe:
+    changed = {n: getattr(args, n) for n in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "init")}
+    recipe = Recipe(**changed)
+    if recipe.intermediate < 1 or recipe.depth < 1 or recipe.window < 8 or recipe.batch_positions < recipe.window or recipe.lr <= 0:
+        raise ValueError("--intermediate and --depth must be >= 1, --window >= 8, --batch-positions >= --window, --lr > 0")
+    return recipe
+
+
+def cmd_train(args) -> int:
+    from specdec.kernels.head_offer import trained_path
+    from specdec.models.pair import load_pair
+    from specdec.train.run import train
+
+    recipe = recipe_of(args)
+    if args.minutes <= 0:
+        raise ValueError(f"--minutes must be positive, got {args.minutes}")
+    for name in ("answers", "code_tokens", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    use_threads(args)
+    pair = load_pair(args.pair, device=args.device)
+    plan = Plan(seed=args.seed, minutes=args.minutes, answers=args.answers, code_tokens=args.code_tokens, steps=args.steps)
+    out = Path(args.out) if args.out else trained_path(pair.name)
+    root = Path(args.text_root) if args.text_root else None
+    figures = train(pair, recipe, plan, work_folder(args, pair), out, bars=not args.no_progress, root=root)
+    print(f"head written: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    print(figures_table(figures))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from specdec.kernels.head_offer import find_head, head_weights
+    from specdec.kernels.head_store import read_head
+    from specdec.models.pair import load_pair
+    from specdec.train.loop import point
+    from specdec.train.run import evaluation
+
+    use_threads(args)
+    pair = load_pair(args.pair, device=args.device)
+    if args.head:
+        from specdec.kernels.head_offer import target_key
+
+        stored = read_head(Path(args.head), None if args.any_target else target_key(pair), pair.target.config)
+    else:
+        offer = find_head(pair)
+        if offer.stored is None:
+            raise ValueError(f"no head for {pair.name}: {offer.reason}")
+        stored = offer.stored
+    head = head_weights(pair, stored, args.kernel)
+    recipe = Recipe(**{k: v for k, v in stored.record["recipe"].items() if k in Recipe.names()})
+    root = Path(args.text_root) if args.text_root else None
+    verdicts = evaluation(pair, head, recipe, work_folder(args, pair), args.seed, root)
+    print(f"head {stored.path}")
+    for name, verdict in verdicts.items():
+        p = point(0, 0, verdict)
+        print(figures_table({"acceptance_by_position": p["acceptance"], "agreement_by_position": p["agreement"],
+                             "mean_accepted": p["mean_accepted"], "val_answer_drafts": p["tested"]}, title=name))
+    return 0
+
+
+def figures_table(figures: dict, title: str = "held-out answers") -> str:
+    acc, agree = figures["acceptance_by_position"], figures["agreement_by_position"]
+    lines = [f"{title}: {figures.get('val_answer_drafts', '?')} drafts from as many positions; mean accepted "
+             f"{figures['mean_accepted']:.2f} at K = {len(acc)}",
+             "position   " + " ".join(f"{k:>6}" for k in range(1, len(acc) + 1)),
+             "acceptance " + " ".join(f"{a:6.2f}" for a in acc),
+             "top-1 agree" + " ".join(f"{a:6.2f}" for a in agree)]
+    if "train_tokens" in figures:
+        lines.append(f"data {figures['train_tokens']} tokens, {figures['tokens_seen']} seen in {figures['steps']} steps, "
+                     f"{figures['minutes']} minutes; {figures['cpu']}")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The head judged on held-out sequences: top-1 agreement and acceptance by draft position 1..K.
+
+The head drafts from every position of a validation sequence at once (specdec/train/unroll.py, the
+same arithmetic as drafting: tests/test_head.py), and its top-1 token at each draft position, over
+the tokens it drafts from, is compared with the target's greedy token there (the first of the
+sequence's stored top tokens; specdec/train/objective.py says what counts as tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specdec.core.head import HeadWeights
+from specdec.train.data import Sequence
+from specdec.train.objective import PositionCounts, batch_vocabulary, empty_counts, position_counts, soft_labels
+from specdec.train.unroll import unroll
+
+
+@dataclass
+class Judge:
+    """What judging needs from the target: its embedding and lm_head rows, and the tokens the head drafts from."""
+
+    embed: object  # token ids (n,) -> (n, H)
+    lm_weight: torch.Tensor  # (V, H) the target's lm_head
+    ids: torch.Tensor  # (N,) the tokens the head drafts from (sorted)
+
+    def __post_init__(self):
+        self.rows = self.lm_weight[self.ids.to(self.lm_weight.device)]  # (N, H): their lm_head rows, taken once
+
+
+@dataclass
+class Verdict:
+    counts: PositionCounts
+    loss: float  # step-1 cross-entropy against the target's distribution (soft labels), per position
+
+
+def draft_tokens(judge_with: Judge, rows: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """predicted (S, H), rows (N, H) -> (S,) the head's top-1 token among those it drafts from."""
+    return judge_with.ids[(predicted.to(rows.device, rows.dtype) @ rows.T).argmax(-1).cpu()]
+
+
+@torch.no_grad()
+def judge(head: HeadWeights, sequences: list[Sequence], judge_with: Judge, depth: int) -> Verdict:
+    """Acceptance by position 1..depth over the drafts of answer tokens (every token, for read text)."""
+    counts, loss_sum, loss_n = empty_counts(depth), 0.0, 0
+    dt, device = head.dtype, head.norm.weight.device
+    subset_rows = judge_with.rows.to(dt)
+    for s in sequences:
+        feats = s.features.to(device, dt)  # (n, H)
+        steps = unroll(head, feats[None], judge_with.embed(s.ids.to(device)).to(dt)[None], depth)
+        steps = [x[0] for x in steps]  # (n-1, H) each
+        n, greedy = len(s), s.top_ids[:, 0]
+        first = max(0, s.answer_from - 1)  # the first start whose first draft is an answer token
+        starts = torch.arange(first, n - 1)  # (S,)
+        if starts.numel() == 0:
+            continue
+        draft_top, target_top, followed, available = (torch.zeros(starts.numel(), depth, dtype=torch.long) for _ in range(4))
+        for k in range(1, depth + 1):
+            at = (starts + k).clamp(max=n - 1)  # the feature the k-th draft stands for
+            draft_top[:, k - 1] = draft_tokens(judge_with, subset_rows, steps[k - 1][starts])
+            target_top[:, k - 1] = greedy[at]
+            available[:, k - 1] = (starts + k <= n - 1).long()
+            nxt = (starts + k + 1).clamp(max=n - 1)
+            followed[:, k - 1] = ((s.ids[nxt] == greedy[at]) & (starts + k + 1 <= n - 1)).long()
+        counts = counts + position_counts(draft_top, target_top, followed.bool(), available.bool())
+        vocab = batch_vocabulary(s.top_ids[1:], torch.ones(n - 1, dtype=torch.bool))
+        labels = soft_labels(s.top_ids[1:], s.top_logp[1:], vocab)[first:]  # (S, M): the target at t+1
+        rows = judge_with.lm_weight[vocab.to(judge_with.lm_weight.device)].to(dt)
+        logq = F.log_softmax((steps[0][first:].to(rows.device) @ rows.T).float(), dim=-1).cpu()
+        per = -(labels * logq).sum(-1)
+        loss_sum, loss_n = loss_sum + float(per.sum()), loss_n + per.numel()
+    return Verdict(counts, loss_sum / max(loss_n, 1))

@@ -1,0 +1,121 @@
+"""The data phases: the target answers the written prompts and reads installed text, shard by shard.
+
+Shards are numbered and each is a fixed function of the seed and its number, so a resumed run
+skips the shards on disk and writes the next ones. Held-out shards (`val`) come first and are the
+same for any budget; training shards follow until the plan's amount (or the time share that
+decides it) is reached.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.train.collect import answer, read_features
+from specdec.train.corpus import chunks, documents
+from specdec.train.data import read_shard, shard_path, write_shard
+from specdec.train.prompts import functions_of, written_prompts
+from specdec.train.recipe import Recipe
+
+SNIPPET_DOCS = 300  # training documents whose functions the edit prompts quote
+CHUNKS_PER_SHARD = 8
+
+
+@dataclass
+class Sources:
+    """The written prompts and the text to read, in the seed's order."""
+
+    prompts: list[str]  # held-out first (recipe.val_answers of them), then training
+    val_chunks: list[list[int]]  # held-out chunks of read text
+    train_docs: int  # documents to skip before the training text starts (the held-out ones)
+
+    @classmethod
+    def of(cls, pair, recipe: Recipe, seed: int, root: Path | None = None, count: int = 4000) -> "Sources":
+        docs = documents(seed, root)
+        val, used = [], 0
+        for _, text in docs:
+            used += 1
+            val += chunks(pair.tokenizer(text)["input_ids"], recipe.chunk)
+            if len(val) >= recipe.val_chunks:
+                break
+        snippets = []  # from the training documents: the held-out text is never quoted in a prompt
+        for name, text in itertools.islice(docs, SNIPPET_DOCS):
+            if name.endswith(".py"):
+                snippets += functions_of(text)
+        written = written_prompts(seed, count, snippets)
+        held = written[: recipe.val_answers]  # in the order written: every kind, every length
+        return cls(held + alike_in_length(written[len(held) :], 4 * recipe.answer_batch), val[: recipe.val_chunks], used)
+
+    def train_chunks(self, pair, recipe: Recipe, seed: int, root: Path | None = None) -> Iterator[list[int]]:
+        for _, text in itertools.islice(documents(seed, root), self.train_docs, None):
+            yield from chunks(pair.tokenizer(text)["input_ids"], recipe.chunk)
+
+
+def alike_in_length(prompts: list[str], group: int) -> list[str]:
+    """Each run of `group` prompts sorted by length: the prompts of one batch are then alike in
+    length, and the batch's left padding (computed, then thrown away) small."""
+    return [p for i in range(0, len(prompts), group) for p in sorted(prompts[i : i + group], key=len)]
+
+
+def answer_shard(pair, recipe: Recipe, prompts: list[str]) -> list:
+    ids = [pair.encode_prompt(p, pair.chat, recipe.answer_tokens) for p in prompts]
+    return answer(pair.target, ids, recipe.answer_tokens, set(pair.eos_ids), pair.tokenizer.pad_token_id or 0)
+
+
+def ensure(path: Path, make: Callable[[], list], kind: str) -> int:
+    """The shard at `path` (made and written when missing or unreadable) -> its tokens."""
+    found = read_shard(path)
+    if found is None:
+        found = make()
+        write_shard(path, found, kind)
+    return sum(len(s) for s in found)
+
+
+def held_out(pair, recipe: Recipe, sources: Sources, folder: Path, bar) -> None:
+    """The validation shards: the first val_answers prompts answered, the held-out chunks read."""
+    val_prompts = sources.prompts[: recipe.val_answers]
+    for i in range(0, len(val_prompts), recipe.answer_batch):
+        bar(ensure(shard_path(folder, "answers", "val", i // recipe.answer_batch),
+                   lambda: answer_shard(pair, recipe, val_prompts[i : i + recipe.answer_batch]), "answers"))
+    bar(ensure(shard_path(folder, "code", "val", 0), lambda: read_features(pair.target, sources.val_chunks), "code"))
+
+
+def answers_phase(pair, recipe: Recipe, sources: Sources, folder: Path, count: int | None, until: float, bar) -> int:
+    """Training answers: shards of answer_batch prompts, up to `count` prompts or, when count is
+    None, until time.monotonic() passes `until`. -> the prompts answered."""
+    pool = sources.prompts[recipe.val_answers :]
+    done = 0
+    for index in itertools.count():
+        late = count is None and index > 0 and time.monotonic() >= until  # at least one shard
+        if (count is not None and done >= count) or late or done >= len(pool):
+            break
+        end = done + recipe.answer_batch if count is None else min(done + recipe.answer_batch, count)
+        batch = pool[done:end]
+        bar(ensure(shard_path(folder, "answers", "train", index), lambda: answer_shard(pair, recipe, batch), "answers"))
+        done += len(batch)
+    return done
+
+
+def code_phase(pair, recipe: Recipe, sources: Sources, folder: Path, tokens: int | None, until: float, seed: int, bar,
+               root: Path | None = None) -> int:
+    """Training text: shards of CHUNKS_PER_SHARD chunks, up to `tokens` tokens or, when tokens is
+    None, until time.monotonic() passes `until`. -> the tokens read."""
+    stream = sources.train_chunks(pair, recipe, seed, root)
+    done = 0
+    for index in itertools.count():
+        if (tokens is not None and done >= tokens) or (tokens is None and index > 0 and time.monotonic() >= until):
+            break
+        batch = []
+        for chunk in stream:
+            batch.append(chunk[: tokens - done - sum(map(len, batch))] if tokens is not None else chunk)
+            if len(batch) >= CHUNKS_PER_SHARD or (tokens is not None and done + sum(map(len, batch)) >= tokens):
+                break
+        batch = [c for c in batch if c]
+        if not batch:
+            break
+        done += ensure(shard_path(folder, "code", "train", index), lambda: read_features(pair.target, batch), "code")
+        bar(sum(map(len, batch)))
+    return done

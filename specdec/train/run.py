@@ -1,0 +1,132 @@
+"""`python -m specdec head train`: data, training and the stored head, within a time budget, resumable.
+
+The working folder keeps the data shards, a checkpoint and `plan.json` (the target's key, the
+recipe, the plan and the seconds spent so far). Run again with the same settings and it resumes
+where it stopped; with other settings it says so and stops (use another --work folder). The budget
+covers all of it: after the held-out data (a fixed amount), the target's answers get ANSWERS_SHARE
+of the time left, reading text the next READ_SHARE, training the rest but END_SHARE of the whole
+budget (the last figures and the file). Each data phase writes at least one shard.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.kernels.head_offer import head_ids, target_key
+from specdec.train import gather
+from specdec.train.data import read_json, write_json
+from specdec.train.recipe import Plan, Recipe
+
+ANSWERS_SHARE, READ_SHARE, END_SHARE = 0.35, 0.2, 0.05
+
+
+class Clock:
+    """Seconds spent on this working folder, across interrupted runs."""
+
+    def __init__(self, before: float):
+        self.before, self.start = before, time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+    def until(self, elapsed: float) -> float:
+        """The time.monotonic() at which `elapsed` seconds will have been spent."""
+        return self.start + elapsed - self.before
+
+
+@dataclass
+class Workspace:
+    folder: Path
+    record: dict  # plan.json
+
+    @classmethod
+    def open(cls, folder: Path, key: dict, recipe: Recipe, plan: Plan) -> "Workspace":
+        """The folder's record, checked against these settings; a new record for an empty folder."""
+        folder.mkdir(parents=True, exist_ok=True)
+        record = read_json(folder / "plan.json", None)
+        fresh = {"target": key, "recipe": recipe.as_dict(), "plan": plan.as_dict(), "elapsed": 0.0}
+        if record is None:
+            write_json(folder / "plan.json", fresh)
+            return cls(folder, fresh)
+        if record["target"] != key or record["recipe"] != recipe.as_dict() or record["plan"]["seed"] != plan.seed:
+            raise ValueError(f"the working folder {folder} holds a run with other settings (target, recipe or seed); "
+                             "pass another --work folder, or delete that one to start again")
+        for name in ("answers", "code_tokens", "steps"):
+            given, kept = getattr(plan, name), record["plan"].get(name)
+            if given is not None and kept is not None and given != kept:
+                raise ValueError(f"the working folder {folder} was planned with {name}={kept}, and {given} was given now")
+            record["plan"][name] = kept if kept is not None else given
+        return cls(folder, record)
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(**self.record["plan"])
+
+    def decide(self, clock: Clock, **amounts) -> None:
+        self.record["plan"].update(amounts)
+        self.save(clock)
+
+    def save(self, clock: Clock) -> None:
+        self.record["elapsed"] = clock.elapsed
+        write_json(self.folder / "plan.json", self.record)
+
+
+def gather_data(pair, recipe: Recipe, space: Workspace, clock: Clock, bars: bool, root: Path | None) -> None:
+    from tqdm.auto import tqdm
+
+    plan = space.plan
+    sources = gather.Sources.of(pair, recipe, plan.seed, root)
+    with tqdm(desc="held-out data", unit="tok", disable=not bars) as bar:
+        gather.held_out(pair, recipe, sources, space.folder, bar.update)
+    if "deadlines" not in space.record:  # decided once, when the held-out data is in: a resumed run keeps them
+        left = plan.minutes * 60 - clock.elapsed
+        answers_end = clock.elapsed + ANSWERS_SHARE * left
+        space.record["deadlines"] = {"answers": answers_end, "read": answers_end + READ_SHARE * left}
+        space.save(clock)
+    deadlines = space.record["deadlines"]
+    with tqdm(desc="target's answers", unit="tok", disable=not bars) as bar:
+        done = gather.answers_phase(pair, recipe, sources, space.folder, plan.answers, clock.until(deadlines["answers"]), bar.update)
+    space.decide(clock, answers=plan.answers if plan.answers is not None else done)
+    with tqdm(desc="target reads installed text", unit="tok", disable=not bars) as bar:
+        done = gather.code_phase(pair, recipe, sources, space.folder, plan.code_tokens, clock.until(deadlines["read"]),
+                                 plan.seed, bar.update, root)
+    space.decide(clock, code_tokens=plan.code_tokens if plan.code_tokens is not None else done)
+
+
+def train(pair, recipe: Recipe, plan: Plan, work: Path, out: Path, bars: bool = True, root: Path | None = None) -> dict:
+    """The whole command: data, training, the head file at `out`. -> the head's record's figures."""
+    from specdec.kernels.head_store import save_head
+    from specdec.train.loop import Loop
+
+    key = target_key(pair)
+    space = Workspace.open(Path(work), key, recipe, plan)
+    clock = Clock(space.record["elapsed"])
+    torch.manual_seed(plan.seed)
+    gather_data(pair, recipe, space, clock, bars, root)
+    loop = Loop.of(pair, recipe, space, autocast=pair.dtype == torch.bfloat16)
+    if space.plan.steps is None:
+        per_step = loop.time_steps(2)
+        left = space.plan.minutes * 60 * (1 - END_SHARE) - clock.elapsed
+        space.decide(clock, steps=max(1, int(left / per_step)))
+    figures = loop.run(space, clock, bars)
+    recipe_record = {**recipe.as_dict(), **space.plan.as_dict(), "vocab_ids": len(head_ids(pair, recipe.vocab))}
+    save_head(out, loop.trainer.head, key, recipe_record, figures)
+    return figures
+
+
+def evaluation(pair, head, recipe: Recipe, work: Path, seed: int, root: Path | None = None) -> dict:
+    """A head judged on the held-out data of the working folder (collected first when missing)."""
+    from specdec.train.evaluate import judge
+    from specdec.train.loop import held_out_judges
+
+    work.mkdir(parents=True, exist_ok=True)
+    gather.held_out(pair, recipe, gather.Sources.of(pair, recipe, seed, root), work, lambda n: None)
+    answers, reads, judges = held_out_judges(pair, recipe, work)
+    with torch.autocast(pair.device.type, dtype=torch.bfloat16, enabled=pair.dtype == torch.bfloat16):
+        return {"held-out answers": judge(head, answers, judges[0], recipe.eval_depth),
+                "held-out read text": judge(head, reads, judges[1], recipe.eval_depth)}

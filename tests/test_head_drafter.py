@@ -1,0 +1,315 @@
+"""The head as a drafter (specdec/core/proposers/head.py): greedy output equals plain decoding on
+both runners, the head reads the target's real features of the kept positions, and sampling with
+its q passes the engine's chi-square test.
+
+The head is tiny-random's own: fitted in the test (a few hundred Adam steps on the target's greedy
+output of the prompt, so its drafts are often accepted and both halves of the rule run), stored as
+`head train` stores one (int8 rows, keyed by the target) where find_head looks first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import run_checked, tokens
+from specdec.core.config import GenerationConfig
+from specdec.core.events import EOS_ACCEPTED
+from specdec.kernels import head_offer
+from specdec.kernels.head_store import save_head
+from specdec.train.recipe import Recipe
+from specdec.train.trainer import new_head
+from specdec.train.unroll import unroll
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+NEW = 48
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_pair):
+    return tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=NEW)))
+
+
+def fitted_head(pair, seq: list[int], steps: int = 300):
+    """A head for tiny-random fitted to predict each next token of `seq` from the target's features (depth 2)."""
+    torch.manual_seed(0)
+    head = new_head(pair.target, Recipe(intermediate=64), seed=0)
+    ids = torch.tensor(seq)
+    with torch.no_grad():
+        feats = pair.target.model(input_ids=ids[None]).last_hidden_state.detach()  # (1, T, H)
+        embeds = pair.target.get_input_embeddings()(ids[None]).detach()  # (1, T, H)
+    lm_head = pair.target.get_output_embeddings()
+    optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
+    for _ in range(steps):
+        loss = 0.0
+        for s, out in enumerate(unroll(head, feats, embeds, depth=2), start=1):  # step s from t predicts token t+s+1
+            logits = lm_head(out[0, : len(seq) - 1 - s])
+            loss = loss + F.cross_entropy(logits, ids[s + 1 :])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def head_file(tiny_pair, plain, tmp_path_factory):
+    """tiny-random's head, written where find_head looks first (this machine's trained head)."""
+    prompt_ids = tiny_pair.tokenizer(PROMPT)["input_ids"]
+    path = tmp_path_factory.mktemp("heads") / "tiny-random.safetensors"
+    save_head(path, fitted_head(tiny_pair, prompt_ids + plain), head_offer.target_key(tiny_pair), {"intermediate": 64}, {})
+    return path
+
+
+@pytest.fixture(autouse=True)
+def offered(head_file, monkeypatch):
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: head_file)
+
+
+def head_config(**kw) -> GenerationConfig:
+    return GenerationConfig(**{"drafter": "head", "max_new_tokens": NEW, **kw})
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_head_speculation_equals_plain(tiny_pair, plain, runner, k):
+    events = run_checked(tiny_pair, PROMPT, head_config(k=k, runner=runner))
+    assert tokens(events) == plain
+    drafted = sum(len(e.drafted) for e in events)
+    accepted = sum(e.accepted for e in events)
+    assert all(e.drafter == "head" for e in events if e.drafted)
+    assert 0 < accepted < drafted or k == 1 and accepted > 0  # the head drafts, and the target keeps some
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_max_new_tokens_cut_inside_a_step(tiny_pair, plain, runner):
+    for new in (2, 5, 11):
+        events = run_checked(tiny_pair, PROMPT, head_config(k=6, runner=runner, max_new_tokens=new))
+        assert tokens(events) == plain[:new]
+        assert events[-1].finish == "length"
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_eos_inside_accepted_drafts(tiny_pair, plain, runner):
+    # A token the head drafted and the target accepted before the end of the head's draft, first
+    # seen in the output there: declared end-of-sequence, the run must stop inside that draft.
+    events = run_checked(tiny_pair, PROMPT, head_config(k=6, runner=runner))
+    candidates = [e.drafted[i] for e in events for i in range(e.accepted - 1)
+                  if plain.index(e.drafted[i]) == e.total_tokens - len(e.emitted) + i]
+    assert candidates, "no accepted draft token to turn into EOS"
+    pair = replace(tiny_pair, eos_ids=frozenset({candidates[0]}))
+    cut = plain.index(candidates[0]) + 1
+    spec = run_checked(pair, PROMPT, head_config(k=6, runner=runner))
+    assert tokens(spec) == plain[:cut]
+    assert spec[-1].finish == "eos" and spec[-1].kind == EOS_ACCEPTED
+    assert tokens(run_checked(pair, PROMPT, head_config(drafter="none"))) == plain[:cut]  # plain stops there too
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, monkeypatch, runner):
+    """Every real pair handed to the head (at start and after each step) is (f_t, token t+1) with f_t
+    the target's final hidden state at t recomputed from scratch over the whole sequence."""
+    from specdec.core.head import HeadRun
+
+    handed = []  # (first position, features (m, H), token ids (m,)) of every extend with real features
+    extend = HeadRun.extend
+
+    def recording(self, features, next_ids):
+        handed.append((self.length, features.clone(), next_ids.clone()))
+        return extend(self, features, next_ids)
+
+    monkeypatch.setattr(HeadRun, "extend", recording)
+    monkeypatch.setattr(HeadRun, "step", lambda self, feature, token: extend(self, feature, token))  # the head's own: not recorded
+    events = run_checked(tiny_pair, PROMPT, head_config(k=3, runner=runner, max_new_tokens=24))
+    seq = tiny_pair.tokenizer(PROMPT)["input_ids"] + tokens(events)
+    with torch.no_grad():
+        truth = tiny_pair.target.model(input_ids=torch.tensor(seq)[None]).last_hidden_state[0]  # (T, H)
+    assert len(handed) == 1 + len(events)  # the prompt, then what every step kept
+    covered = []
+    for start, features, ids in handed:
+        m = ids.shape[0]
+        assert ids.tolist() == seq[start + 1 : start + 1 + m]
+        torch.testing.assert_close(features, truth[start : start + m], atol=1e-4, rtol=1e-4)
+        covered.extend(range(start, start + m))
+    assert covered == list(range(len(seq) - 1))  # every position but the last, once, in order
+
+
+# --- sampling: the engine's chi-square test (tests/test_engine_sampling.py) with the head drafting ---
+
+SHARPNESS = 0.6  # the head's logits are this times the target's (before the temperature)
+
+
+@pytest.fixture(scope="module")
+def bigram_head(tmp_path_factory):
+    """The bigram pair of test_engine_sampling and a head for it whose q is the target's row of the
+    token it reads made flatter (drafts are accepted and rejected; a head proposing its argmax
+    with that q is far from what it reports)."""
+    from test_engine_sampling import VOCAB, BigramLM, parity_table, word_tokenizer
+
+    from specdec.core.head import HeadShape, HeadWeights
+    from specdec.models.pair import ModelPair
+
+    gen = torch.Generator().manual_seed(0)
+    target = parity_table(1.5 * torch.randn(2, VOCAB, generator=gen))
+    pair = ModelPair("bigram", BigramLM(target), None, word_tokenizer(VOCAB), torch.device("cpu"), torch.float32,
+                     chat=False, eos_ids=frozenset({-1}))
+    torch.manual_seed(1)
+    head = HeadWeights(HeadShape.of_target(pair.target.config, 16))
+    with torch.no_grad():  # f' = SHARPNESS * one-hot(token t+1) plus a little noise: q is p's row made flatter
+        head.fc.weight.copy_(torch.cat([0.05 * torch.randn(VOCAB, VOCAB), torch.eye(VOCAB)], dim=1))
+        head.fc.bias.zero_()
+        for name in ("o_proj", "down_proj"):
+            getattr(head, name).weight.mul_(1e-3)  # attention and MLP add next to nothing
+        head.norm.weight.fill_(SHARPNESS / VOCAB**0.5)  # the normalised one-hot has length sqrt(V)
+    path = tmp_path_factory.mktemp("heads") / "bigram.safetensors"
+    save_head(path, head, head_offer.target_key(pair), {"intermediate": 16}, {})
+    return pair, target, path
+
+
+def head_p_value(bigram_head, monkeypatch, runner: str) -> float:
+    from test_engine_sampling import CONFIG, transition_p_value
+
+    pair, target, path = bigram_head
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
+    return transition_p_value(pair, target, replace(CONFIG, drafter="head", runner=runner))
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_head_sampling_follows_the_target(bigram_head, monkeypatch, runner):
+    from test_engine_sampling import CONFIG, SIGNIFICANCE
+
+    pair, _, path = bigram_head
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
+    events = run_checked(pair, "t0 t1", replace(CONFIG, drafter="head", runner=runner, max_new_tokens=64))
+    accepted = sum(e.accepted for e in events) / sum(len(e.drafted) for e in events)
+    assert 0.1 < accepted < 0.95 and all(0 < q <= 1 for e in events for q in e.p_draft)  # q: the head's, not 1.0
+    assert head_p_value(bigram_head, monkeypatch, runner) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_a_head_that_proposes_its_argmax_with_its_q_fails_the_test(bigram_head, monkeypatch, runner):
+    from test_engine_sampling import SIGNIFICANCE
+
+    from specdec.core.proposers import head as head_proposer
+
+    monkeypatch.setattr(head_proposer, "race_sample", lambda q, g: q.argmax(dim=-1))
+    assert head_p_value(bigram_head, monkeypatch, runner) < SIGNIFICANCE
+
+
+def test_a_head_for_another_target_is_refused_by_name(tiny_pair, bigram_head, monkeypatch, tmp_path):
+    from specdec.engines.assemble import build_decoding
+
+    _, _, bigram_file = bigram_head
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: bigram_file)
+    monkeypatch.setattr(head_offer, "SHIPPED", {})
+    with pytest.raises(ValueError, match=r"drafter 'head' is not offered for pair 'tiny-random': head file .*bigram\.safetensors "
+                                         r"was trained for target 'bigram'"):
+        build_decoding(tiny_pair, [1, 2, 3], head_config())
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: tmp_path / "none.safetensors")
+    with pytest.raises(ValueError, match="no head trained for this pair"):
+        build_decoding(tiny_pair, [1, 2, 3], head_config())
+
+
+def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair):
+    from specdec.engines.assemble import head_source, run_parts
+    from specdec.measure.head_cost import head_step_s
+    from specdec.measure.passcost import PassCosts
+
+    table = PassCosts((1, 2, 4, 8), (1.0, 1.1, 1.2, 1.5), draft_s=0.5, context=200, repeats=1)  # a draft model's pass: 0.5 s
+    parts = run_parts(tiny_pair, head_config(k_policy="cost"), costs=table)
+    assert parts.costs.draft_s == head_step_s(tiny_pair, head_source(tiny_pair, "bf16"), "dense") < 0.5
+    assert parts.costs.target_s == table.target_s
+
+
+def test_the_bench_runs_the_head_modes(tiny_pair, monkeypatch, tmp_path):
+    from specdec.bench.report import table
+    from specdec.bench.runner import bench
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # best_head's cost table is measured there
+    prompts = [{"id": "add", "prompt": PROMPT, "chat": False}]
+    report = bench(tiny_pair, prompts, modes=["plain", "head", "best_head"], k=3, max_new_tokens=16, warmup_tokens=2,
+                   log=lambda line: None)
+    summary = report["summary"]
+    assert summary["all_identical_to_plain"] == {"head": True, "best_head": True}
+    by_position = summary["acceptance_by_position"]["head"]["rates"]
+    assert 1 <= len(by_position) <= 3 and all(r is None or 0 <= r <= 1 for r in by_position)
+    assert "head" in summary["cost_ratio_c"] and summary["fastest_exact"] is not None
+    assert "acceptance by draft position" in table(report)
+
+
+# --- the page ---------------------------------------------------------------------------------------
+
+def test_the_page_offers_the_head_only_with_a_verified_file(monkeypatch):
+    from app import advanced
+
+    monkeypatch.setattr(head_offer, "head_note", lambda name: "")
+    choices, info = advanced.drafter_choices("some-pair")
+    assert ("head: a layer trained on the target's own hidden states", "head") in choices
+    monkeypatch.setattr(head_offer, "head_note", lambda name: "head file x is truncated or damaged (10 bytes)")
+    choices, info = advanced.drafter_choices("some-pair")
+    assert "head" not in [value for _, value in choices]
+    assert info == "The trained head is not offered: head file x is truncated or damaged (10 bytes)"
+
+
+def test_head_note_says_why_before_the_pair_is_loaded(monkeypatch, tmp_path, head_file):
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: tmp_path / "none.safetensors")
+    assert head_offer.head_note("tiny-random") == "no head trained for tiny-random (train one: python -m specdec head train)"
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: head_file)
+    assert "only on the embedded bundle's weights" in head_offer.head_note("tiny-random")
+
+
+def test_the_status_line_names_the_head(tiny_pair):
+    from app.live import new_view
+
+    view = new_view(tiny_pair, head_config(), show_rejected=True, prompt=PROMPT)
+    assert "drafter: the trained head (tiny-random.safetensors, dense products)" in view.status
+
+
+def test_the_step_panel_records_the_heads_q(tiny_pair):
+    from app.step_panel import render_panel
+    from specdec.core.detail import explain
+    from specdec.engines.ours import OurSource
+
+    decoding = OurSource(tiny_pair, head_config(k=3, temperature=0.8, max_new_tokens=12)).run(PROMPT, detailed=True)
+    events = list(decoding)
+    first = next(i for i, e in enumerate(events) if e.drafted)
+    detail = decoding.details[first]
+    assert detail.positions[0].draft_top is not None  # q's top tokens, as for the draft model
+    html = render_panel(explain(events[first], detail))
+    assert "the trained head proposed" in html
+
+
+@pytest.mark.parametrize("kernel", ["int8", "w8a8"])
+def test_greedy_head_speculation_equals_plain_on_other_target_kernels(tiny_pair, kernel):
+    """The head beside a target kernel that computes in another dtype (int8: bf16 features on an fp32
+    pair) or with its products on the w8a8 kernel (the head's too)."""
+    if kernel == "w8a8":
+        from specdec.kernels import w8a8_build
+
+        if not w8a8_build.available(torch.device("cpu"))[0]:
+            pytest.skip(w8a8_build.unavailable_reason(torch.device("cpu")))
+    plain = tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", target_kernel=kernel, max_new_tokens=24)))
+    for runner in ("eager", "static"):
+        events = run_checked(tiny_pair, PROMPT, head_config(k=3, target_kernel=kernel, runner=runner, max_new_tokens=24))
+        assert tokens(events) == plain and sum(e.accepted for e in events) > 0
+
+
+def test_the_shipped_head_is_whole_small_and_keyed_to_the_embedded_target():
+    from specdec.kernels.head_store import read_head
+    from specdec.models.bundle import BUNDLE_NAME, bundle_models
+
+    path = head_offer.SHIPPED["qwen2.5-coder-1.5b/0.5b"]
+    stored = read_head(path)  # its tensors' digest verified
+    target = bundle_models(BUNDLE_NAME)[0]
+    assert stored.record["target"]["name"] == target.key and stored.record["target"]["weights_sha256"] == target.sha256
+    assert path.stat().st_size <= 32e6

@@ -1,0 +1,116 @@
+"""Training the head (specdec/train/): a tiny head learns, resumes where it stopped, is reproducible;
+the validation figures by draft position; the training prompts never include the measured ones."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec.kernels.head_store import read_head
+from specdec.train.objective import position_counts
+from specdec.train.recipe import Plan, Recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = Recipe(intermediate=32, window=48, batch_positions=192, val_answers=4, answer_batch=4, answer_tokens=16,
+              chunk=48, val_chunks=3, eval_depth=3, lr=3e-3)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from a second thread, and on a shared 2-core machine every OpenMP
+    barrier waits for a busy core (a tiny run took 10x longer with 2 threads than with 1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def text_root(tmp_path_factory):
+    """A few files of this project's own source stand in for the installed packages (fast, the same everywhere)."""
+    root = tmp_path_factory.mktemp("text")
+    for path in sorted((ROOT / "specdec" / "core").glob("*.py"))[:6]:
+        (root / path.name).write_text(path.read_text())
+    return root
+
+
+def run(tiny_pair, text_root, work, out, steps=24, **plan):
+    from specdec.train.run import train
+
+    return train(tiny_pair, TINY, Plan(seed=0, answers=8, code_tokens=600, steps=steps, **plan), work, out, bars=False, root=text_root)
+
+
+def test_a_tiny_head_trains_and_its_validation_loss_falls(tiny_pair, text_root, tmp_path):
+    figures = run(tiny_pair, text_root, tmp_path / "work", tmp_path / "head.safetensors")
+    curve = figures["curve"]
+    assert curve[0]["step"] == 0 and curve[-1]["step"] == 24
+    assert curve[-1]["loss"] < curve[0]["loss"] - 0.05, [p["loss"] for p in curve]
+    assert len(figures["acceptance_by_position"]) == TINY.eval_depth and figures["val_answer_drafts"] > 0
+    stored = read_head(tmp_path / "head.safetensors")
+    assert stored.record["recipe"]["steps"] == 24 and stored.record["figures"]["train_tokens"] > 0
+
+
+def test_training_resumes_after_an_interruption_and_a_seed_reproduces_it(tiny_pair, text_root, tmp_path, monkeypatch):
+    """Stopped after step 13 (checkpoints every 3 steps here), run again: the head equals an uninterrupted run's."""
+    from specdec.train import trainer
+
+    whole = tmp_path / "whole.safetensors"
+    run(tiny_pair, text_root, tmp_path / "a", whole)
+    real_step, calls = trainer.Trainer.step, []
+
+    def interrupted(self, batch, lr):
+        calls.append(1)
+        if len(calls) > 13:
+            raise KeyboardInterrupt
+        return real_step(self, batch, lr)
+
+    monkeypatch.setattr(trainer.Trainer, "step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_pair, text_root, tmp_path / "b", tmp_path / "b.safetensors")
+    saved = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert saved["plan"]["steps"] == 24 and (tmp_path / "b" / "checkpoint.pt").exists()
+    monkeypatch.setattr(trainer.Trainer, "step", real_step)
+    again = run(tiny_pair, text_root, tmp_path / "b", tmp_path / "b.safetensors")
+    assert again["steps"] == 24
+    a, b = read_head(whole), read_head(tmp_path / "b.safetensors")
+    assert a.record["tensors_sha256"] == b.record["tensors_sha256"]
+    with pytest.raises(ValueError, match="planned with steps=24, and 30 was given"):
+        run(tiny_pair, text_root, tmp_path / "b", tmp_path / "c.safetensors", steps=30)
+
+
+def test_acceptance_by_position_on_hand_made_drafts():
+    """Four starts, K = 3. Position k is tested only after 1..k-1 were accepted and the text went on
+    as the target would have; agreement counts wherever the position exists."""
+    draft = torch.tensor([[1, 2, 3], [1, 9, 3], [1, 2, 3], [7, 2, 3]])
+    target = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 4], [1, 2, 3]])
+    followed = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 1], [1, 1, 1]], dtype=torch.bool)
+    available = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    c = position_counts(draft, target, followed, available)
+    assert c.tested.tolist() == [4, 3, 1]  # start 3 fails at 1; start 2's text left the target's after 2
+    assert c.accepted.tolist() == [3, 2, 1]
+    assert c.agree.tolist() == [3, 3, 2] and c.measured.tolist() == [4, 4, 3]
+    assert c.acceptance == [0.75, 2 / 3, 1.0]
+    assert c.mean_accepted == pytest.approx((3 + 2 + 1) / 4)
+
+
+def test_the_written_prompts_never_include_the_measured_ones():
+    from specdec.train.prompts import written_prompts
+
+    measured = [p["prompt"] for name in ("bench_prompts.json", "examples.json") for p in json.loads((ROOT / "assets" / name).read_text())]
+    code = "def total(values):\n    s = 0\n    for v in values:\n        s += v\n    return s\n"
+    written = written_prompts(0, 3000, [code])
+    assert len(written) == 3000 and len(set(written)) == 3000
+    for m in measured:
+        assert all(m not in w and w not in m for w in written)
+    marks = ["merge_intervals", "hash table", "customers(id", "Ada Lovelace", "The build failed because"]
+    assert not [w for w in written if any(mark in w for mark in marks)]
+
+
+def test_the_command_refuses_bad_settings_in_one_line(capsys):
+    from specdec.__main__ import main
+
+    assert main(["head", "train", "--pair", "tiny-random", "--minutes", "0"]) == 2
+    assert "--minutes must be positive" in capsys.readouterr().err
+    assert main(["head", "train", "--pair", "tiny-random", "--intermediate", "0"]) == 2
+    assert "--intermediate and --depth must be >= 1" in capsys.readouterr().err
