@@ -111,7 +111,7 @@ def two_drafters(spec_events):
 
 def test_position_figure_has_a_line_per_drafter_in_its_colour(two_drafters):
     model, head, lookup = position_figure(two_drafters).data
-    assert (model.name, head.name, lookup.name) == ("draft model", "head", "prompt lookup")
+    assert (model.name, head.name, lookup.name) == ("draft model", "trained head", "prompt lookup")
     # model: drafted 3 (all kept), 3 (kept 1), 2 (none kept): position 1 tested 3 times, kept twice
     assert list(model.x) == [1, 2, 3] and list(model.y) == pytest.approx([2 / 3, 1 / 2, 1.0])
     assert [list(c) for c in model.customdata] == [[2, 3], [1, 2], [1, 1]]  # kept, tested: shown on hover
