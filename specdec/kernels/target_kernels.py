@@ -88,7 +88,11 @@ def _build_w8a8(pair) -> nn.Module:
     specdec/kernels/variant_store.py) with the w8a8 recipe, in the pair's dtype."""
     from specdec.kernels.variants import parse_variant, quantized_model
 
-    return quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
+    from specdec.kernels.row_attention import use_row_attention
+
+    model = quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
+    use_row_attention(model)  # batch-invariant: a check gives each row a one-token pass's bits
+    return model
 
 
 # --- q4k ------------------------------------------------------------------------------------------
