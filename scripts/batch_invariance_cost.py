@@ -3,10 +3,11 @@
     flock /tmp/specdec-bench.lock .venv/bin/python scripts/batch_invariance_cost.py \
         [--dtype fp32] [--sizes 1,2,4,6,8] [--paths avx512,avx2] [--attention packed,rows] [--runners eager,static]
 
-The embedded target on the w8a8 kernel, one pass over n tokens after CONTEXT cached positions (a code
+The embedded target on the w8a8 kernel (or --kernel bf16: the dense target), one pass over n tokens after CONTEXT cached positions (a code
 prompt), the cache cropped back after each pass, for every combination of
-- attention: `packed` (torch's sdpa with the query heads packed per key/value head: before) or `rows`
-  (the batch-invariant kernel, specdec/kernels/row_attention.py: after);
+- `packed`: before (torch's sdpa with the query heads packed per key/value head, fp32 products on
+  BLAS) or `rows`: after (the batch-invariant attention and fixed-order fp32 products,
+  specdec/kernels/batch_invariant.py);
 - the W8A8 kernel's instruction-set path (`avx512`, `avx2`: every W8A8 layer's `path` set in place);
 - the runner: eager (DynamicCache) or static (a preallocated cache, a mask over its capacity);
 and the w8a8-v32k draft's one-token pass (last row only) on each path. Everything is interleaved
@@ -31,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec.core.cached_model import CachedModel  # noqa: E402
 from specdec.core.runners.static_model import StaticModel  # noqa: E402
 from specdec.kernels.cpu_linear import linear_for  # noqa: E402
-from specdec.kernels.row_attention import NAME as ROWS  # noqa: E402
+from specdec.kernels.batch_invariant import MARK  # noqa: E402
+from specdec.kernels.batch_invariant import NAME as ROWS  # noqa: E402
 from specdec.kernels.target_kernels import kernel_target  # noqa: E402
 from specdec.kernels.variants import draft_model  # noqa: E402
 from specdec.kernels.w8a8 import PATHS, W8A8Linear  # noqa: E402
@@ -71,9 +73,17 @@ def timed(lm, feed: torch.Tensor, last_only: bool) -> float:
     return seconds * 1e3
 
 
+def switch(target, lms: dict, attention: str) -> None:
+    """The target as before (packed sdpa, BLAS fp32 products) or after (row attention, fixed-order products)."""
+    target.set_attn_implementation(ATTENTION[attention])
+    setattr(target, MARK, attention == "rows")
+    for lm in lms.values():
+        lm.linear = linear_for(target)
+
+
 def measure(args) -> dict:
     pair = load_pair(None, dtype=args.dtype)
-    target = kernel_target(pair, "w8a8")
+    target = kernel_target(pair, args.kernel)
     draft = draft_model(pair, args.draft)
     use_packed_attention(target)  # registers the packed function; the rounds switch between the two
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -85,14 +95,15 @@ def measure(args) -> dict:
     runs: dict = {}
     for _ in range(args.repeats):
         for attention, path, runner in cases:
-            target.set_attn_implementation(ATTENTION[attention])
+            switch(target, lms, attention)
             set_path(target, path)
             for n in sizes:
                 runs.setdefault(("target", attention, path, runner, n), []).append(timed(lms[runner], feeds[n], False))
         for path in args.paths.split(","):
             set_path(draft, path)
             runs.setdefault(("draft", "", path, "eager", 1), []).append(timed(drafter, feeds[1], True))
-    print(f"{pair.name}, w8a8 target and {args.draft} draft, {pair.dtype_name} glue, {CONTEXT} cached positions, "
+    switch(target, lms, "rows")
+    print(f"{pair.name}, {args.kernel} target and {args.draft} draft, {pair.dtype_name} glue, {CONTEXT} cached positions, "
           f"CPU {machine.cpu_model()} ({' '.join(machine.reported_flags())}), torch ops at "
           f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', 'default')}, {torch.get_num_threads()} threads, "
           f"medians of {args.repeats}")
@@ -123,6 +134,7 @@ def main() -> None:
     p.add_argument("--attention", default="packed,rows")
     p.add_argument("--runners", default="eager,static")
     p.add_argument("--draft", default="w8a8-v32k")
+    p.add_argument("--kernel", default="w8a8", help="the target kernel: w8a8, or bf16 (the dense target; fp32 with --dtype fp32)")
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args()
     with torch.inference_mode():

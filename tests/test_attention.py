@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from specdec.kernels.batch_invariant import NAME as ROWS
 from specdec.models.attention import NAME, packed_sdpa
 
 
@@ -31,7 +32,7 @@ def test_packed_rows_equal_attention_per_head(length, masked):
 
 def test_the_pair_runs_packed_attention_and_a_check_equals_one_token_passes(tiny_pair):
     model = tiny_pair.target
-    assert model.config._attn_implementation == NAME
+    assert model.config._attn_implementation in (NAME, ROWS)  # ROWS once a run made the fp32 target batch-invariant
     ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]])
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)

@@ -40,6 +40,7 @@ from torch import nn
 
 from specdec.core.variant_names import needs_w8a8, parse_kernel
 from specdec.kernels import w8a8_build
+from specdec.kernels.batch_invariant import invariant_kernel, make_batch_invariant
 from specdec.models import machine
 
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
@@ -54,6 +55,8 @@ def kernel_target(pair, name: str) -> nn.Module:
     the disk cache, or built (and stored)."""
     parse_kernel(name)
     if name == "bf16":
+        if invariant_kernel(name, pair.dtype_name, pair.device):  # fp32: fixed-order products and attention, cheap
+            make_batch_invariant(pair.target)
         return pair.target
     if needs_w8a8(name):
         w8a8_build.require(pair.device)
@@ -88,10 +91,8 @@ def _build_w8a8(pair) -> nn.Module:
     specdec/kernels/variant_store.py) with the w8a8 recipe, in the pair's dtype."""
     from specdec.kernels.variants import parse_variant, quantized_model
 
-    from specdec.kernels.row_attention import use_row_attention
-
     model = quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
-    use_row_attention(model)  # batch-invariant: a check gives each row a one-token pass's bits
+    make_batch_invariant(model)  # a check gives each row a one-token pass's bits (specdec/kernels/batch_invariant.py)
     return model
 
 

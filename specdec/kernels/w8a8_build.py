@@ -31,7 +31,7 @@ from pathlib import Path
 from specdec.models import machine
 from specdec.models.bundle import cache_root
 
-SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("w8a8.cpp", "attention_rows.cpp"))
+SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("w8a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")
@@ -135,6 +135,7 @@ def load(progress: bool = True) -> Path:
             lambda x, packed, w_scale, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
         torch.library.register_fake("specdec::attention_rows")(  # (B, H, L, D) queries -> (B, L, H, D)
             lambda q, k, v, mask, scale: q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3])))
+        torch.library.register_fake("specdec::linear_rows")(lambda x, w, bias: x.new_empty((*x.shape[:-1], w.shape[0])))
         _loaded.append(path)
         return path
 
