@@ -136,7 +136,10 @@ def main() -> None:
     p.add_argument("--draft", default="w8a8-v32k")
     p.add_argument("--kernel", default="w8a8", help="the target kernel: w8a8, or bf16 (the dense target; fp32 with --dtype fp32)")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's own; 1 where other jobs hold a core)")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with torch.inference_mode():
         report(*measure(args))
 

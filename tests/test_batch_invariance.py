@@ -1,11 +1,12 @@
-"""Batch invariance of the w8a8 target: a row's logits are the same bits alone (a one-token pass, as
-plain decoding runs it) and inside a check of 2, 6 or 16 rows, on the eager runner (DynamicCache, no
-mask for a one-token pass) and the static runner (a preallocated cache, a mask over its capacity,
-fixed shapes); so greedy speculative output on w8a8 is plain output bit for bit.
+"""Batch invariance (specdec/kernels/batch_invariant.py): a row's logits are the same bits alone (a
+one-token pass, as plain decoding runs it) and inside a check of 2, 6 or 16 rows, on the eager runner
+(DynamicCache, no mask for a one-token pass) and the static runner (a preallocated cache, a mask over
+its capacity, fixed shapes), for every target kernel that claims it (w8a8, int8, the dense target in
+fp32); so greedy speculative output on w8a8 is plain output bit for bit.
 
-The attention kernel (specdec/kernels/csrc/attention_rows.cpp) is checked against torch's attention
-and for the property itself, row by row; the whole target on tiny-random (fp32 around W8A8 layers)
-and on the embedded pair (skipped where it is not converted)."""
+The kernels (specdec/kernels/csrc/attention_rows.cpp, linear_rows.cpp) are checked against torch and
+for the property itself, row by row; the whole target on tiny-random (fp32 around the quantized
+layers) and on the embedded pair in fp32 and bf16 (skipped where it is not converted)."""
 
 import pytest
 import torch
@@ -67,6 +68,18 @@ def test_a_row_gets_the_same_bits_alone_in_a_check_and_over_a_masked_capacity(dt
         assert torch.equal(masked, alone), f"row {i}, masked"
 
 
+@pytest.mark.parametrize("k", [64, 1536, 1541])  # 1541: columns past the last multiple of 8
+def test_fixed_order_products_are_the_product_and_the_same_bits_alone(k):
+    w8a8_build.load()
+    g = torch.Generator().manual_seed(0)
+    x, w, bias = torch.randn(16, k, generator=g), torch.randn(203, k, generator=g) * 0.05, torch.randn(203, generator=g)
+    check = torch.ops.specdec.linear_rows(x, w, bias)  # (16, 203)
+    torch.testing.assert_close(check, x @ w.T + bias, rtol=1e-5, atol=1e-5)
+    for rows in ([0], [3], [5, 6], [1, 2, 3, 4, 5, 6]):
+        assert torch.equal(torch.ops.specdec.linear_rows(x[rows], w, bias), check[rows]), rows
+    assert torch.ops.specdec.linear_rows(x[:0], w, None).shape == (0, 203)
+
+
 def test_other_inputs_fall_back_to_packed_attention():
     q, k, v = qkv(2, 5, torch.float16)
     out = attention(q, k, v)
@@ -103,7 +116,7 @@ def rows_alone_and_in_checks(model, pair, ids: list[int], prefix: int, runner: s
 
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
-@pytest.mark.parametrize("kernel", ["w8a8", "bf16"])  # bf16: the dense target as loaded, fp32 here
+@pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])  # bf16: the dense target as loaded, fp32 here
 def test_the_tiny_target_is_batch_invariant(tiny_pair, kernel, runner):
     from specdec.kernels.target_kernels import kernel_target
 
@@ -111,6 +124,17 @@ def test_the_tiny_target_is_batch_invariant(tiny_pair, kernel, runner):
     assert model.config._attn_implementation == NAME
     ids = tiny_pair.tokenizer.encode("def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i, i * i)\n" * 2)
     assert rows_alone_and_in_checks(model, tiny_pair, ids, 24, runner) == []
+
+
+def test_making_one_model_batch_invariant_leaves_the_others_as_they_were(tiny_pair):
+    """Each built model has a config of its own: the attention of one is not switched through another's."""
+    from specdec.kernels.target_kernels import kernel_target
+    from specdec.models.attention import NAME as PACKED
+
+    q4k, w8a8 = kernel_target(tiny_pair, "q4k"), kernel_target(tiny_pair, "w8a8")  # q4k: not batch-invariant
+    assert w8a8.config is not tiny_pair.target.config and q4k.config is not tiny_pair.target.config
+    assert w8a8.config._attn_implementation == NAME and q4k.config._attn_implementation == PACKED
+    assert linear_for(kernel_target(tiny_pair, "bf16")).__name__ == "FixedOrderLinear"  # fp32: fixed-order products
 
 
 def test_the_comparison_sees_a_pass_that_depends_on_its_rows(tiny_pair, monkeypatch):
@@ -154,7 +178,7 @@ def real_pair(request):
 
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
-@pytest.mark.parametrize("kernel", ["w8a8", "bf16"])
+@pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])
 def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
     from specdec.kernels.batch_invariant import invariant_kernel
     from specdec.kernels.target_kernels import kernel_target

@@ -46,7 +46,9 @@ def logits(top: float, second: float, dtype: torch.dtype) -> torch.Tensor:
     ("bf16", torch.float32, "cuda", 20.0, 19.9995, True),  # fp32 off a CPU: within 1e-3
     ("bf16", torch.float32, "cuda", 20.0, 19.99, False),
     ("bf16", torch.float32, "cpu", 20.0, 19.99999, False),  # fp32 on a CPU: batch-invariant
-    ("int8", torch.float32, "cpu", 20.0, 19.625, True),  # bf16 activations whatever the pair's dtype: bf16's bound
+    ("int8", torch.float32, "cuda", 20.0, 19.625, True),  # bf16 activations whatever the pair's dtype: bf16's bound
+    ("int8", torch.float32, "cpu", 20.0, 19.625, False),  # on a CPU: batch-invariant
+    ("q4k", torch.float32, "cpu", 20.0, 19.625, True),  # not batch-invariant: bf16's bound
     ("q4k", torch.float32, "cpu", 20.0, 19.375, False),
     ("w8a8", torch.bfloat16, "cpu", 20.0, 20.0, False),  # batch-invariant: even equal top-2 logits are no excuse
     ("w8a8", torch.float32, "cpu", 20.0, 19.99999, False),
@@ -57,7 +59,7 @@ def test_a_departure_is_a_tie_only_within_the_kernels_own_bound(kernel, dtype, d
     d = first_difference(spec, plain, pair_dtype, kernel, device)
     assert (d.index, d.kernel, d.margin) == (1, kernel, pytest.approx(top - second, abs=1e-6))
     assert d.is_tie is tie and d.bound == tie_bound(kernel, pair_dtype, device)
-    invariant = (kernel, pair_dtype, device) in {("w8a8", "bf16", "cpu"), ("w8a8", "fp32", "cpu"), ("bf16", "fp32", "cpu")}
+    invariant = device == "cpu" and (kernel in ("w8a8", "int8") or (kernel, pair_dtype) == ("bf16", "fp32"))
     assert (d.bound is None) is invariant
     verdict = tie_verdict(d)
     assert f"{kernel} kernel's top-2 logit margin" in verdict
@@ -68,8 +70,8 @@ def test_a_departure_is_a_tie_only_within_the_kernels_own_bound(kernel, dtype, d
 
 def test_the_bounds_follow_the_kernels_rounding():
     assert tie_bound("bf16", "fp32", "cuda") == TIE_MARGIN["fp32"] and tie_bound("bf16", "bf16") == TIE_MARGIN["bf16"]
-    assert tie_bound("int8", "fp32") == tie_bound("q4k", "fp32") == TIE_MARGIN["bf16"]
-    assert tie_bound("w8a8", "fp32") is tie_bound("w8a8", "bf16") is tie_bound("bf16", "fp32") is None
+    assert tie_bound("int8", "fp32", "cuda") == tie_bound("q4k", "fp32") == TIE_MARGIN["bf16"]
+    assert tie_bound("w8a8", "fp32") is tie_bound("w8a8", "bf16") is tie_bound("bf16", "fp32") is tie_bound("int8", "bf16") is None
     assert tie_bound(None, "fp32") == TIE_MARGIN["fp32"]  # an unknown kernel (a real engine's): its dtype's
     unknown = first_difference(*runs_parting_at(logits(20.0, 19.5, torch.bfloat16)), "bf16")
     assert unknown.kernel is None and unknown.is_tie and "the target's top-2 logit margin" in tie_verdict(unknown)

@@ -8,8 +8,8 @@ activations to int8, so a last-bit difference can become a whole quantization st
 through the layers (speculative output left plain output at top-2 margins up to 0.04 on an AVX2 CPU).
 
 Measured op by op (scripts/batch_invariance.py: one row alone and in checks of 2, 6 and 16 after a
-cached prefix, on both runners): embedding, RMSNorm, rotary, residual adds, the MLP's product and
-the W8A8 products gave a row the same bits; two ops did not:
+cached prefix, on both runners): embedding, RMSNorm, rotary, residual adds, the MLP's product, the
+W8A8 products and torch's weight-only int8 products gave a row the same bits; two ops did not:
 - attention over the cache: torch's CPU attention blocks its sums by the query length and by the key
   span it is handed (a one-token pass gets exactly the valid keys and no mask; a check, or any
   static-runner pass, the whole cache with a mask). `torch.ops.specdec.attention_rows`
@@ -23,9 +23,10 @@ the W8A8 products gave a row the same bits; two ops did not:
 
 `make_batch_invariant(model)` switches a model on a CPU to both where the kernel library runs
 (specdec/kernels/w8a8_build.py, the w8a8 kernel's: built once). Which target kernels are
-batch-invariant (`invariant_kernel`): `w8a8` (its products are exact per row), and `bf16` in fp32
-(the dense target where the pair runs fp32). Not `bf16` in bf16, `int8` or `q4k`: their products are
-oneDNN's and torch's int8 / int4 kernels, blocked by rows; they keep reporting ties.
+batch-invariant (`invariant_kernel`, INVARIANT below): `w8a8`, `int8`, and `bf16` in fp32 (the dense
+target where the pair runs fp32). Not `bf16` in bf16 (oneDNN's bf16 products are blocked by rows:
+a check's down_proj moved by one bf16 step, the logits by up to 0.19) nor `q4k` (its products are
+partly bf16 dense and torch's int4 kernel); those keep reporting ties.
 """
 
 from __future__ import annotations
@@ -83,9 +84,18 @@ def is_batch_invariant(model) -> bool:
     return bool(getattr(model, MARK, False))
 
 
+# Target kernels that run batch-invariant with the kernels above, by the pair's dtype (None: any),
+# each measured op by op (scripts/batch_invariance.py) and tested (tests/test_batch_invariance.py).
+INVARIANT = {
+    "w8a8": None,  # W8A8 products exact per row
+    "int8": None,  # torch's _weight_int8pack_mm sums each output over k in one order, whatever the rows
+    "bf16": "fp32",  # the dense target in fp32: linear_rows; in bf16 its products are oneDNN's, blocked by rows
+}
+
+
 def invariant_kernel(kernel: str, dtype_name: str, device="cpu") -> bool:
     """Whether target kernel `kernel` in a pair of `dtype_name` on `device` runs batch-invariant here
     (specdec/kernels/target_kernels.py makes it so where this says True)."""
-    if not available(device):
+    if kernel not in INVARIANT or not available(device):
         return False
-    return kernel == "w8a8" or (kernel == "bf16" and dtype_name == "fp32")
+    return INVARIANT[kernel] in (None, dtype_name)

@@ -32,6 +32,7 @@ converted target (`<target folder>.<kernel>/`), keyed on what they were built fr
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,20 +53,23 @@ ACTIVATION = {"cpu": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
 
 def kernel_target(pair, name: str) -> nn.Module:
     """The target of `pair` as run by kernel `name`: the pair's own, kept from before, loaded from
-    the disk cache, or built (and stored)."""
+    the disk cache, or built (and stored). Batch-invariant where specdec/kernels/batch_invariant.py
+    says the kernel can be (a check gives each row a one-token pass's bits)."""
     parse_kernel(name)
     if name == "bf16":
-        if invariant_kernel(name, pair.dtype_name, pair.device):  # fp32: fixed-order products and attention, cheap
-            make_batch_invariant(pair.target)
-        return pair.target
-    if needs_w8a8(name):
-        w8a8_build.require(pair.device)
-    key = f"kernel:{name}"
-    if key not in pair.variants:
-        model = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
-        model.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
-        pair.variants[key] = model
-    return pair.variants[key]
+        model = pair.target
+    else:
+        if needs_w8a8(name):
+            w8a8_build.require(pair.device)
+        key = f"kernel:{name}"
+        if key not in pair.variants:
+            built = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
+            built.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
+            pair.variants[key] = built
+        model = pair.variants[key]
+    if invariant_kernel(name, pair.dtype_name, pair.device):
+        make_batch_invariant(model)  # idempotent
+    return model
 
 
 def release(pair, keep: str | None = None) -> None:
@@ -91,9 +95,7 @@ def _build_w8a8(pair) -> nn.Module:
     specdec/kernels/variant_store.py) with the w8a8 recipe, in the pair's dtype."""
     from specdec.kernels.variants import parse_variant, quantized_model
 
-    model = quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
-    make_batch_invariant(model)  # a check gives each row a one-token pass's bits (specdec/kernels/batch_invariant.py)
-    return model
+    return quantized_model(pair.target, pair.target_dir, parse_variant("w8a8"), None, pair.dtype, pair.device)
 
 
 # --- q4k ------------------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, comput
     from specdec.kernels.variant_store import fill_the_rest
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)  # its own: see variant_store.assemble
     if "lm_head.weight" in tensors or "lm_head" in layout:  # the GGUF stores its own head: untie it
         model.config.tie_word_embeddings = False
         model.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="meta")
