@@ -1,6 +1,7 @@
 """Which engine a run is read from: this project's own, or a real engine's server (llama.cpp,
-vLLM) whose steps specdec.engines recovers from the counters it reports. The controls, the button
-that starts llama.cpp on the embedded pair, and the lanes of a remote run."""
+vLLM) whose steps specdec.engines recovers from the counters it reports. What the choice shows,
+the button that starts llama.cpp on the embedded pair, and the lanes of a remote run (the
+controls are laid out in app/page.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import gradio as gr
 from specdec.engines import choice
 from specdec.engines.remote import remote_updates
 from specdec.core.events import StepEvent
+
+from .view import Lane
 
 CHOICES = [(choice.LABELS[name], name) for name in choice.LABELS]
 
@@ -29,30 +32,12 @@ _embedded = {}  # "servers": the llama.cpp servers this process started on the e
 _embedded_lock = threading.Lock()
 
 
-def section(page) -> None:
-    """The Engine choice, under the model settings."""
-    with gr.Group(elem_id="engine-settings"):
-        page.engine = gr.Radio(CHOICES, value=choice.DEFAULT, label="Engine", elem_id="engine")
-        with gr.Row(visible=False, elem_id="engine-urls") as page.engine_urls:
-            page.spec_url = gr.Textbox(label="Speculative server (base URL)", placeholder="http://127.0.0.1:8080",
-                                       elem_id="spec-url")
-            page.plain_url = gr.Textbox(label="Plain server: same target, no draft (base URL)",
-                                        placeholder="http://127.0.0.1:8081", elem_id="plain-url")
-        page.start_llamacpp = gr.Button("Start llama.cpp on the embedded pair (plain and speculative servers)",
-                                        visible=False, size="sm", elem_id="start-llamacpp")
-        page.engine_note = gr.Markdown(NOTE_OURS, elem_id="engine-note")
-
-
-def wire(page) -> None:
-    def on_engine(engine):
-        can = choice.capabilities(engine)
-        return {page.engine_urls: gr.update(visible=not can.in_process), page.start_llamacpp: gr.update(visible=can.starts_embedded),
-                page.engine_note: NOTE_OURS if can.in_process else NOTE_REMOTE}
-
-    page.engine.change(on_engine, page.engine, [page.engine_urls, page.start_llamacpp, page.engine_note],
-                       concurrency_limit=None)
-    page.start_llamacpp.click(start_llamacpp, None, [page.spec_url, page.plain_url, page.engine_note],
-                              api_name="start_llamacpp", concurrency_limit=1)
+def shown_for(page, engine: str) -> dict:
+    """What the Engine choice shows for `engine`: the URL boxes and the start button for a remote
+    engine, and the note on what it reports."""
+    can = choice.capabilities(engine)
+    return {page.engine_urls: gr.update(visible=not can.in_process), page.start_llamacpp: gr.update(visible=can.starts_embedded),
+            page.engine_note: NOTE_OURS if can.in_process else NOTE_REMOTE}
 
 
 def start_llamacpp(progress=gr.Progress()) -> tuple:
@@ -100,18 +85,18 @@ def require(page, values: dict, what: str, can: str) -> None:
 
 
 def remote_lanes(engine: str, spec_url: str, plain_url: str, prompt: str, pair, config, compare: bool):
-    """("spec", StepEvent) for each step of the speculative server, then ("plain", StepEvent) for the
-    plain server when asked and given: the same lanes as this project's engine streams. Text whose
-    steps are not known yet (vLLM reports them when its stream ends) comes as ("spec_pending",
-    PendingText) or ("plain_pending", ...), shown uncoloured until the steps arrive."""
-    def lane(name: str, url: str, speculative: bool):
+    """(Lane.SPEC, StepEvent) for each step of the speculative server, then (Lane.PLAIN, StepEvent)
+    for the plain server when asked and given: the same lanes as this project's engine streams. Text
+    whose steps are not known yet (vLLM reports them when its stream ends) comes as
+    (Lane.SPEC_PENDING, PendingText) or (Lane.PLAIN_PENDING, ...), shown uncoloured until the steps arrive."""
+    def lane(steps: Lane, pending: Lane, url: str, speculative: bool):
         for item in remote_updates(engine, url, prompt, pair.tokenizer, config, speculative=speculative, chat=pair.chat,
                                    eos_ids=pair.eos_ids):
-            yield (name if isinstance(item, StepEvent) else f"{name}_pending"), item
+            yield (steps if isinstance(item, StepEvent) else pending), item
 
-    yield from lane("spec", spec_url, True)
+    yield from lane(Lane.SPEC, Lane.SPEC_PENDING, spec_url, True)
     if compare and plain_url:
-        yield from lane("plain", plain_url, False)
+        yield from lane(Lane.PLAIN, Lane.PLAIN_PENDING, plain_url, False)
 
 
 def status(engine: str, spec_url: str, plain_url: str, pair, compare: bool) -> str:

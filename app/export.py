@@ -9,28 +9,24 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from specdec.record.run_file import RecordError, RunRecord, from_json, write_files
 
-from .page import Page
 from .view import RunView, frame
 
+if TYPE_CHECKING:
+    from .page import Page
+
 MAX_BYTES = 64 * 2**20  # a 2048-token run of both lanes is a few MB; anything far larger is not a record
-
-
-def section(page: Page) -> None:
-    with gr.Row(elem_id="export-bar"):
-        page.export_json = gr.DownloadButton("Export JSON", elem_id="export-json", interactive=False, size="sm")
-        page.export_csv = gr.DownloadButton("Export CSV", elem_id="export-csv", interactive=False, size="sm")
-        page.load_run = gr.UploadButton("Load a run (JSON)", elem_id="load-run", file_types=[".json"], size="sm")
 
 
 def record_of(view: RunView) -> RunRecord:
     return RunRecord(prompt=view.prompt, config=view.config, pair=view.pair, machine=view.machine,
                      spec=list(view.spec), plain=list(view.plain), stopped=view.stopped, created=view.created,
-                     one_token_pass_s=view.one_token_pass_s)
+                     decode_step_s=view.decode_step_s)
 
 
 def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
@@ -40,7 +36,7 @@ def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
     return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, spec=list(record.spec),
                    plain=list(record.plain), finished=True, stopped=record.stopped, show_rejected=show_rejected,
                    prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created,
-                   one_token_pass_s=record.one_token_pass_s)
+                   decode_step_s=record.decode_step_s)
 
 
 def files(view: RunView | None) -> dict:
@@ -69,18 +65,8 @@ def load(page: Page, values: dict) -> dict:
     return frame(page, view_of(record, bool(values[page.show_rejected])))
 
 
-def wire_load(page: Page):
-    """Load a file on upload; returns the event, after which the loaded run is on screen."""
-    return page.load_run.upload(lambda values: load(page, values), {page.load_run, page.show_rejected},
-                                page.run_outputs(), concurrency_limit=None)
-
-
-def wire(page: Page, shown: list) -> None:
-    """Refresh the download files after every event in `shown` (each puts a new run on screen)."""
-
-    def refresh(view):
-        out = files(view)  # nothing yet (a run that did not finish): both buttons stay as they are
-        return (out["json"], out["csv"]) if out else (gr.update(), gr.update())
-
-    for event in shown:
-        event.then(refresh, page.run_view, [page.export_json, page.export_csv], show_progress="hidden")
+def download_updates(view: RunView | None) -> tuple:
+    """The two download buttons after a run was put on screen: its files, or (a run that did not
+    finish) both buttons as they are."""
+    out = files(view)
+    return (out["json"], out["csv"]) if out else (gr.update(), gr.update())

@@ -11,10 +11,12 @@ from specdec.bench.side_by_side import plain_int4_run
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
 from specdec.kernels import device_offer
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 from specdec.models.pair import pick_device
 from specdec.serving import gpu_budget
 from specdec.serving.pairs import shared_store
+
+from .view import Lane
 
 try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
     import spaces
@@ -32,43 +34,50 @@ def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: 
     return math.ceil(seconds)
 
 
+_calls_here = 0  # GPU calls this process has run (a ZeroGPU worker, forked from the app's process, starts at 0)
+
+
 def _on_gpu(fn):
     return spaces.GPU(duration=gpu_seconds, size=gpu_budget.gpu_size())(fn) if spaces is not None else fn
 
 
 @_on_gpu
 def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
-    """("spec", StepEvent) for each step of the speculative run, then ("plain", StepEvent) for the
-    plain run with the same settings (without it, ("decode_step", seconds): one plain decode step
-    timed on the finished run's cache, the unit of c and the verify cost), then ("lossy", StepEvent)
-    for plain decoding with an int4 copy of the target (built once per pair, cached on disk), and last
-    ("capture", seconds): what the runner spent capturing passes in this call (0 but for the
-    compiled runner's first call in a process; on ZeroGPU every call is such a call). The
-    pair is already loaded (in this process, or in the one a ZeroGPU worker was forked from), and the
-    body needs no other thread: a worker forked from this process has only the thread that runs it."""
+    """(Lane.SPEC, StepEvent) for each step of the speculative run, then (Lane.PLAIN, StepEvent) for
+    the plain run with the same settings (without it, (Lane.DECODE_STEP, seconds): one plain decode
+    step timed on the finished run's cache, the unit of c and the verify cost), then (Lane.LOSSY,
+    StepEvent) for plain decoding with an int4 copy of the target (built once per pair, cached on
+    disk), and last (Lane.CAPTURE, gpu_budget.CaptureReport): what the runner spent capturing passes
+    in this call, and whether the call was its process's first (0 s but for the compiled runner's
+    first runs in a process; a ZeroGPU worker may be fresh or kept from an earlier call:
+    docs/deploy.md). The pair is already loaded (in this process, or in the one a ZeroGPU worker was
+    forked from), and the body needs no other thread: a worker forked from this process has only
+    the thread that runs it."""
+    global _calls_here
+    fresh, _calls_here = _calls_here == 0, _calls_here + 1
     ours = OurSource(shared_store().loaded_pair(pair_name), config)
     decoding = ours.run(prompt)
     for event in decoding:
-        yield "spec", event
+        yield Lane.SPEC, event
     capture_s = decoding.runner.capture_s
     if compare:
         plain = ours.plain().run(prompt)  # the baseline: nothing drafted
         for event in plain:
-            yield "plain", event
+            yield Lane.PLAIN, event
         capture_s += plain.runner.capture_s
     else:
-        yield "decode_step", one_token_pass_s(decoding)
+        yield Lane.DECODE_STEP, time_decode_step(decoding)
     if plain_int4:
         for event in plain_int4_run(ours.pair, prompt, config):
-            yield "lossy", event
-    yield "capture", capture_s
+            yield Lane.LOSSY, event
+    yield Lane.CAPTURE, gpu_budget.CaptureReport(capture_s, fresh)
 
 
 def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:
     """ValueError naming the field when the run asks for a variant, kernel or lane this device is not
     offered (specdec.kernels.device_offer: on a GPU, what would re-expand its weights every pass)."""
     device = pick_device()
-    if config.drafter in ("model", "auto"):
+    if config.uses_draft_model:
         device_offer.draft_variants(device).check("draft_variant", config.draft_variant, device.type)
     device_offer.target_kernels(device).check("target_kernel", config.target_kernel, device.type)
     if plain_int4 and (why := device_offer.lossy_lane(device)):

@@ -1,13 +1,12 @@
-"""The "How it works" tab: one step as a diagram (assets/how_it_works.svg), the formulas behind
-the page's predictions with every symbol in plain words, and why the output is exactly the target's."""
+"""The "How it works" tab's content (laid out in app/page.py): one step as a diagram
+(assets/how_it_works.svg), the formulas behind the page's predictions with every symbol in plain
+words, and why the output is exactly the target's."""
 
 from __future__ import annotations
 
-import gradio as gr
+from pathlib import Path
 
-from .page import ASSETS, Page
-
-DIAGRAM = (ASSETS / "how_it_works.svg").read_text(encoding="utf-8")
+DIAGRAM = (Path(__file__).resolve().parent.parent / "assets" / "how_it_works.svg").read_text(encoding="utf-8")
 
 STEP = """
 ## One step, as drawn above
@@ -89,12 +88,3 @@ is likely. Two sampled runs use their random numbers differently, so their texts
 other while both follow the target's distribution; the project's tests check that with a
 chi-square test.
 """
-
-
-def section(page: Page) -> None:
-    with gr.Tab("How it works", id="how-it-works", elem_id="how-it-works"):
-        page.diagram = gr.HTML(f'<figure class="how-diagram">{DIAGRAM}</figure>', elem_id="how-diagram")
-        gr.Markdown(STEP, elem_classes="how-text")
-        gr.Markdown(FORMULAS, elem_classes="how-text",
-                    latex_delimiters=[{"left": "$$", "right": "$$", "display": True}])
-        gr.Markdown(EXACT, elem_classes="how-text")

@@ -5,29 +5,30 @@ The GPU work is app.gpu_call's `stream_events`, iterated on the process's torch 
 (specdec.serving.torch_thread, which carries the visitor's context there). Everything that
 touches the page stays in `live_run`, which reads the events, ends the run between two steps when
 Stop is pressed or the visitor leaves (closing the stream ends the worker's generator too), and
-frees the pair only when the torch thread has left the run.
+frees the pair only when the torch thread has left the run. `stream_frames` is the page's one
+streaming loop: Run to end (app/stepping.py) streams the rest of a stepped run through it too.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from enum import Enum
 
 import gradio as gr
 
 from specdec.serving import gpu_budget
 from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
-from specdec.engines import choice
-from specdec.engines.base import Capabilities, EngineError
+from specdec.engines.base import EngineError
 from specdec.kernels.faithfulness_record import faithfulness_note
 from specdec.serving.pairs import shared_store
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
 from . import engine_choice, gpu_call, theory
 from .page import Page, StopFlag
-from .view import RunView, frame
+from .settings import read_live_settings
+from .view import Lane, RunView, frame
 
 # The browser draws each frame on the cores the engine runs on (docs/app_speed.md: on 2 cores,
 # headless chromium spent 7 to 9.6 CPU s on a streaming page during a 50 s run, against 3.4 to 4.6
@@ -35,41 +36,6 @@ from .view import RunView, frame
 HTML_EVERY_S = 0.5  # so the token panes are redrawn at most twice a second
 PLOT_EVERY_S = 10.0  # and the plots every 10 s while a run streams, and when each run ends
 BUDGET = 0.02  # each kind of frame may also take at most this share of the run's time on the server (see Throttle)
-
-def _int(value):
-    """Number boxes send floats; keep non-integers as they are so validation names the field."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def _within(name: str, value, component, integer: bool = False) -> None:
-    """The page's own range (narrower than the engine's), for values sent through the API."""
-    low, high = component.minimum, component.maximum
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not low <= value <= high or (integer and not float(value).is_integer()):
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"{name} must be {kind} in {low:g}..{high:g} on this page, got {value!r}")
-
-
-def read_config(page: Page, values: dict) -> GenerationConfig:
-    """The run's settings from the controls, unprocessed by Gradio (so a bad value sent through the
-    API is caught here); ValueError names the first field that is wrong."""
-    for name, component, integer in (("k", page.k, True), ("max_new_tokens", page.max_new, True),
-                                     ("temperature", page.temperature, False), ("top_p", page.top_p, False)):
-        _within(name, values[component], component, integer)
-    return GenerationConfig(
-        max_new_tokens=_int(values[page.max_new]), k=_int(values[page.k]),
-        adaptive_k=_flag("adaptive_k", values[page.adaptive]), temperature=values[page.temperature],
-        top_k=_int(values[page.top_k]), top_p=values[page.top_p], seed=_int(values[page.seed]),
-        drafter=values[page.drafter], draft_variant=values[page.draft_variant], target_kernel=values[page.target_kernel],
-        runner=values[page.runner], k_policy="cost" if _flag("k_policy cost", values[page.cost_k]) else "fixed",
-    ).validate()
-
 
 _running: dict[str, StopFlag] = {}  # session -> the stop flag of its run in flight
 
@@ -115,39 +81,6 @@ class Throttle:
             self.html_cost = seconds
 
 
-@dataclass(frozen=True)
-class LiveSettings:
-    """What a live run was asked for, checked (read_live_settings)."""
-
-    config: GenerationConfig
-    compare: bool
-    show_rejected: bool
-    plain_int4: bool
-    pair_name: str
-    engine: str
-    spec_url: str
-    plain_url: str
-    can: Capabilities  # what the chosen engine can do
-
-
-def read_live_settings(page: Page, values: dict, store) -> LiveSettings:
-    """The run's settings from the controls; ValueError names the first that is wrong, or one the
-    chosen engine cannot honour."""
-    config = read_config(page, values)
-    compare = _flag("compare", values[page.compare])
-    show_rejected = _flag("show_rejected", values[page.show_rejected])
-    plain_int4 = _flag("plain_int4", values[page.plain_int4])
-    name = store.check_offered(values[page.pair])
-    engine, spec_url, plain_url = engine_choice.read_remote(page, values)
-    can = choice.capabilities(engine)
-    if not can.follows_settings and config.temperature != 0:
-        raise ValueError(f"temperature must be 0 for a remote engine (greedy runs only), got {config.temperature}")
-    gpu_call.check_offered_here(config, plain_int4)
-    if gpu_budget.on_zero_gpu():
-        gpu_budget.check_fits(config, compare, gpu_budget.costs_for(gpu_budget.cost_key(name, config)), gpu_budget.call_limit())
-    return LiveSettings(config, compare, show_rejected, plain_int4, name, engine, spec_url, plain_url, can)
-
-
 def live_run(page: Page, values: dict, progress: gr.Progress, session: str | None = None):
     """Stream the speculative run, then (if asked) the plain run with the same settings; yields dicts of updates."""
     stop = values[page.stop]
@@ -180,20 +113,21 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         if not view.stopped and s.can.in_process:  # the GPU budget learns this project's engine's step times only
             key = gpu_budget.cost_key(pair.name, s.config)
             gpu_budget.record(key, s.config, view.spec, view.plain)
-            if view.capture_s is not None:  # the next call's duration counts the capture this one measured
-                gpu_budget.record_capture(key, view.capture_s)
+            if view.capture is not None:  # the next call's duration counts the capture this one measured
+                gpu_budget.record_capture(key, view.capture)
         yield last_frame(page, values, view)
 
 
-def stream_frames(page: Page, view: RunView, stream, stop, *, server_errors: bool):
-    """Frames while the lanes arrive, as often as the Throttle allows. A run that does not come to its
-    end (Stop, the page went away and Gradio closed this generator, the engine failed) is stopped."""
+def stream_frames(page: Page, view: RunView, stream: torch_thread.Stream, stop, *, server_errors: bool = False):
+    """Frames while the lanes arrive, as often as the Throttle allows: the one streaming loop of the
+    page (a live run, and Run to end of a stepped one). A run that does not come to its end (Stop,
+    the page went away and Gradio closed this generator, the engine failed) is stopped."""
     throttle, pending, done, first = Throttle(), False, False, True
     try:
         while not done:
             for lane, item in stream.take(timeout=HTML_EVERY_S if pending else 1.0):
-                got = receive(view, lane, item, throttle, server_errors)
-                done, pending = done or got == "done", pending or got == "new"
+                taken = receive(view, Lane(lane), item, throttle, server_errors)
+                done, pending = done or taken is Taken.OVER, pending or taken is Taken.NEW
             if pending and not done:
                 html, plots = throttle.due()
                 if html:
@@ -207,27 +141,39 @@ def stream_frames(page: Page, view: RunView, stream, stop, *, server_errors: boo
             stop.set()
 
 
-def receive(view: RunView, lane: str, item, throttle: Throttle, server_errors: bool) -> str | None:
-    """Take one item of the stream into the view: "done" when the run is over, "new" when the
-    panes have something new to show."""
-    if lane == "error" and server_errors and isinstance(item, (EngineError, ValueError)):
-        gr.Warning(str(item))  # a server that went away or answered wrongly: one line, the page stays
-        view.status += f" \u2014 {item}"
-        return "done"
-    if lane == "error":
-        raise item
-    if lane == "done":
-        return "done"
-    if lane in ("decode_step", "capture"):  # figures the panes do not show
-        setattr(view, "one_token_pass_s" if lane == "decode_step" else "capture_s", item)
-        return None
-    if lane.endswith("_pending"):  # a remote engine's text before its steps are known
-        view.pending.setdefault(lane.removesuffix("_pending"), []).extend(item.text)
-        return "new"
-    if lane != "spec" and not (view.plain or view.lossy):  # the speculative run has ended:
+class Taken(Enum):
+    """What one item of the stream did to the view."""
+
+    QUIET = "quiet"  # a figure the panes do not show
+    NEW = "new"  # something new for the panes
+    OVER = "over"  # the run is over
+
+
+def receive(view: RunView, lane: Lane, item, throttle: Throttle, server_errors: bool) -> Taken:
+    """Take one item of the stream into the view. `server_errors`: an engine error (a remote
+    server that went away or answered wrongly) ends the run with one line instead of raising."""
+    match lane:
+        case Lane.ERROR if server_errors and isinstance(item, (EngineError, ValueError)):
+            gr.Warning(str(item))
+            view.status += f" \u2014 {item}"
+            return Taken.OVER
+        case Lane.ERROR:
+            raise item
+        case Lane.DONE:
+            return Taken.OVER
+        case Lane.DECODE_STEP:
+            view.decode_step_s = item
+            return Taken.QUIET
+        case Lane.CAPTURE:
+            view.capture = item
+            return Taken.QUIET
+        case Lane.SPEC_PENDING | Lane.PLAIN_PENDING:  # a remote engine's text before its steps are known
+            view.pending.setdefault(Lane.SPEC if lane is Lane.SPEC_PENDING else Lane.PLAIN, []).extend(item.text)
+            return Taken.NEW
+    if lane is not Lane.SPEC and not (view.plain or view.lossy):  # the speculative run has ended:
         throttle.plots_now = True  # its charts, whole, in the next frame
-    {"spec": view.spec, "plain": view.plain, "lossy": view.lossy}[lane].append(item)
-    return "new"
+    {Lane.SPEC: view.spec, Lane.PLAIN: view.plain, Lane.LOSSY: view.lossy}[lane].append(item)
+    return Taken.NEW
 
 
 def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> dict:
@@ -242,7 +188,7 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = f", draft variant {config.draft_variant}" if config.drafter in ("model", "auto") else ""
+    drafts = f", draft variant {config.draft_variant}" if config.uses_draft_model else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
                           f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "

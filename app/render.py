@@ -139,7 +139,7 @@ def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str |
         ),
         _stat(
             "tokens / target pass",
-            f"{spec.tokens_per_step:.2f}",
+            f"{spec.tokens_per_pass:.2f}",
             f"measured; independent acceptance at \u03b1 would give (1 - \u03b1^(K+1)) / (1 - \u03b1) = "
             f"{spec.expected_tokens_per_pass:.2f}. Plain decoding makes exactly 1 per pass",
         ),

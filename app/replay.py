@@ -10,14 +10,17 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from specdec.record import replay as clock
-from specdec.record.replay import SPEEDS, Clock, Position
+from specdec.record.replay import Clock, Position
 
-from .page import Page
 from .view import RunView, frame
+
+if TYPE_CHECKING:
+    from .page import Page
 
 MIN_FRAME_S = 0.05  # at most 20 frames a second, however dense the recorded events are
 STATUS_EVERY_S = 0.25  # the replay clock in the status line ticks this often between events
@@ -48,24 +51,6 @@ class ReplayControl:
 
     def is_playing(self, token: object) -> bool:
         return self.playing is token
-
-
-def section(page: Page) -> None:
-    """The replay bar: Replay, Pause, speed, and the step slider."""
-    page.replay_control = gr.State(ReplayControl())
-    with gr.Row(elem_id="replay-bar"):
-        page.replay = gr.Button("\u25b6 Replay", elem_id="replay", min_width=130, scale=0)
-        page.replay_pause = gr.Button("Pause", elem_id="replay-pause", min_width=110, scale=0)
-        page.replay_speed = gr.Radio([(f"{s:g}x", s) for s in SPEEDS], value=1.0, label="Replay speed (of real time)",
-                                     elem_id="replay-speed", scale=0, min_width=380)
-        page.replay_step = gr.Slider(0, 1, value=0, step=1, label="Step of the speculative run (drag to scrub)",
-                                     elem_id="replay-step", scale=2, min_width=260)
-
-
-def outputs(page: Page) -> list:
-    """What a replay frame updates: a run's outputs without its per-session state, and the slider."""
-    states = page.run_states()
-    return [c for c in page.run_outputs() if c not in states] + [page.replay_step]
 
 
 def _at(page: Page, view: RunView, pos: Position, status: str, *, plots: bool) -> dict:
@@ -159,21 +144,3 @@ def rewind(page: Page, values: dict) -> dict:
     control.position = None
     n = len(view.spec) if view is not None else 0
     return {page.replay_step: gr.update(maximum=max(n, 1), value=n)}
-
-
-def wire(page: Page, shown: list) -> None:
-    """`shown`: the events after which a new run is on screen (a live run, a loaded file)."""
-    page.replay.click(lambda values: (yield from play(page, values)), {page.run_view, page.replay_control, page.replay_speed},
-                      outputs(page), concurrency_limit=None, show_progress="hidden")
-    page.replay_pause.click(pause, page.replay_control, None, concurrency_limit=None, show_progress="hidden")
-    page.replay_speed.change(set_speed, [page.replay_control, page.replay_speed], None, concurrency_limit=None,
-                             show_progress="hidden")
-    page.replay_step.release(lambda values: scrub(page, values), {page.run_view, page.replay_control, page.replay_step},
-                             outputs(page), concurrency_limit=None, show_progress="hidden")
-    # A new run on screen ends a replay at once (it would draw the old run over the new one) ...
-    for trigger in (page.generate.click, page.load_run.upload):
-        trigger(pause, page.replay_control, None, concurrency_limit=None, show_progress="hidden")
-    # ... and once it is there, the slider spans its steps.
-    for event in shown:
-        event.then(lambda values: rewind(page, values), {page.run_view, page.replay_control}, [page.replay_step],
-                   show_progress="hidden")

@@ -1,15 +1,12 @@
-"""Step through one step: the controls, the per-session held run, and the panel that explains a
-step (specdec.core.detail.explain gives the verdicts; this module lays them out). Handlers: app.stepping."""
+"""Step through one step: the per-session held run, and the panel that explains a step
+(specdec.core.detail.explain gives the verdicts; this module lays them out). Handlers: app.stepping."""
 
 from __future__ import annotations
 
 import threading
 from html import escape
 
-import gradio as gr
-
 from specdec.engines import choice
-from specdec.serving import gpu_budget
 from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, StepExplanation
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
 
@@ -45,10 +42,10 @@ class StepSession:
         self.reset()
 
     def reset(self) -> None:
-        self.decoding = None  # the held specdec.core.detail.DetailedDecoding
+        self.decoding = None  # the held run, built detailed (its `details`: specdec.core.detail)
         self.events = None  # its iterator: next() is one step
         self.view = None  # app.view.RunView of the held run
-        self.pair = self.prompt = self.config = None
+        self.pair = self.prompt = None
         self.key = None  # the settings it was started with
         self.ended = False  # the speculative run has no more steps
 
@@ -73,17 +70,6 @@ class StepSession:
         return decoding.details[step] if view.spec[step] == events[step] else None
 
 
-def section(page) -> None:
-    """The Step and Run to end buttons and the panel, under the token panes."""
-    page.step_state = gr.State(StepSession(), delete_callback=lambda session: session.close())
-    page.spec_html.js_on_load = (page.spec_html.js_on_load or "") + TOKEN_CLICK_JS  # clicks on tokens open their step here
-    held_here = not gpu_budget.on_zero_gpu()  # on ZeroGPU each GPU call runs in a worker: nothing holds a run between clicks
-    with gr.Row():
-        page.step_button = gr.Button("Step", elem_id="step", size="sm", interactive=held_here)
-        page.run_to_end = gr.Button("Run to end", elem_id="run-to-end", size="sm", interactive=held_here)
-    page.step_panel = gr.HTML(EMPTY if held_here else ZERO_GPU, elem_id="step-panel")
-
-
 # --- the panel ------------------------------------------------------------------------------------
 
 
@@ -101,7 +87,7 @@ VERDICT_CLASS = {ACCEPTED: "accepted", REJECTED: "rejected", DISCARDED: "rejecte
 DRAFTER_WORDS = {"model": "the draft model", "lookup": "prompt lookup"}
 
 
-def render_panel(x: StepExplanation | None, total_steps: int | None = None) -> str:
+def render_panel(x: StepExplanation | None) -> str:
     if x is None:
         return EMPTY
     reports_p_q = choice.of_events(x.engine).reports_p_q  # else only counts: say what stays blank

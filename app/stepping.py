@@ -1,6 +1,6 @@
 """Step through a run: "Step" advances the held run (app.step_panel.StepSession) by one step,
 "Run to end" drains it and runs plain decoding beside it, a click on a token opens its step.
-The held run is a DetailedDecoding: the same events as an uninterrupted run, plus what the panel shows.
+The held run is one built detailed (OurSource.run(..., detailed=True)): the same events as an uninterrupted run, plus what the panel shows.
 
 The run is held in this process between clicks, so stepping is off on ZeroGPU (each GPU call runs
 in a worker there). The pair is taken from the shared store for each call; if the store has
@@ -16,10 +16,11 @@ from specdec.serving import torch_thread
 from specdec.core.detail import explain
 from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 
 from . import engine_choice, live, step_panel
-from .view import frame
+from .settings import read_config
+from .view import Lane, frame
 
 
 def _key(page, values: dict, config) -> tuple:
@@ -29,11 +30,12 @@ def _key(page, values: dict, config) -> tuple:
 def _start(page, values: dict, session, pair, config) -> None:
     """A new held run with the current settings (ValueError names a bad one)."""
     # On the torch thread: building the run builds its draft variant too (torch_thread says why).
-    decoding = torch_thread.call(OurSource(pair, config, stop=values[page.stop]).run_detailed, values[page.prompt])
+    source = OurSource(pair, config, stop=values[page.stop])
+    decoding = torch_thread.call(lambda: source.run(values[page.prompt], detailed=True))
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
     session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])
-    session.pair, session.prompt, session.config, session.key = pair, values[page.prompt], config, _key(page, values, config)
+    session.pair, session.prompt, session.key = pair, values[page.prompt], _key(page, values, config)
 
 
 def _held(page, values: dict, session, pair, config, ended_is_over: bool = True) -> bool:
@@ -47,7 +49,7 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
     session, store = values[page.step_state], shared_store()
     with session.lock:
         try:
-            config = live.read_config(page, values)
+            config = read_config(page, values)
             engine_choice.require(page, values, "Step and Run to end", "steps_through")
             name = store.check_offered(values[page.pair])
             with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
@@ -73,11 +75,12 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
 
 
 def run_to_end(page, values: dict, progress: gr.Progress):
-    """Finish the held run (or a new one, recorded), then plain decoding and the comparison."""
+    """Finish the held run (or a new one, recorded), then plain decoding and the comparison: the
+    lanes of a live run, streamed by the same loop (live.stream_frames), throttled alike."""
     session, store = values[page.step_state], shared_store()
     with session.lock, ExitStack() as held:
         try:
-            config = live.read_config(page, values)
+            config = read_config(page, values)
             engine_choice.require(page, values, "Step and Run to end", "steps_through")
             name = store.check_offered(values[page.pair])
             pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
@@ -88,26 +91,28 @@ def run_to_end(page, values: dict, progress: gr.Progress):
             gr.Warning(str(err))
             yield {page.status: f"Not started: {err}"}
             return
-        stop = values[page.stop]
+        stop, view = values[page.stop], session.view
         stop.clear()
-        view, throttle = session.view, live.Throttle()
-        yield from _stream(page, view, view.spec, torch_thread.iterate(session.events), throttle)
+        lanes = _rest_of_run(session, OurSource(pair, config, stop=stop), bool(values[page.compare]), stepped=bool(view.spec))
+        stream = torch_thread.Stream(lanes, stop)
+        held.callback(stream.join)  # before the pair is released: the engine may be inside a step
+        yield from live.stream_frames(page, view, stream, stop)
         session.ended = True
-        if values[page.compare] and not stop.is_set():
-            plain_run = torch_thread.call(OurSource(pair, config, stop=stop).plain().run, session.prompt)  # nothing drafted
-            yield from _stream(page, view, view.plain, torch_thread.iterate(iter(plain_run)), throttle)
-        elif view.spec and not stop.is_set():
-            view.one_token_pass_s = torch_thread.call(one_token_pass_s, session.decoding)  # the decode step c and the verify cost count in
         view.finished, view.stopped = True, stop.is_set()
         yield live.last_frame(page, values, view)
 
 
-def _stream(page, view, into: list, events, throttle):
-    for event in events:
-        into.append(event)
-        html, plots = throttle.due()
-        if html:
-            yield frame(page, view, plots=plots)
+def _rest_of_run(session, ours: OurSource, compare: bool, stepped: bool):
+    """On the torch thread: the held run's remaining steps, then plain decoding (nothing drafted)
+    or, without it, one decode step timed on the finished run (the unit of c and the verify cost)."""
+    for event in session.events:
+        stepped = True
+        yield Lane.SPEC, event
+    if compare:
+        for event in ours.plain().run(session.prompt):
+            yield Lane.PLAIN, event
+    elif stepped:
+        yield Lane.DECODE_STEP, time_decode_step(session.decoding)
 
 
 def open_token(page, values: dict, evt: gr.EventData) -> dict:

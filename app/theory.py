@@ -7,11 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-import gradio as gr
-
 from specdec.engines import choice
 from specdec.engines.base import SPECDEC
-from specdec.serving import gpu_budget
 from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, prediction_gap, speedup_curve
@@ -25,6 +22,10 @@ PASS_COSTS: dict[tuple[str, str], PassCosts] = {}
 # The cost table of every target kernel (and of llama.cpp, when its servers run here), per (pair, dtype):
 # name -> PassCosts, from "Measure pass costs". Whether speculation pays depends on the kernel.
 KERNEL_COSTS: dict[tuple[str, str], dict[str, PassCosts]] = {}
+
+INTRO = ("Leviathan et al. 2023 model speculative decoding with three numbers: the chance \u03b1 that one draft "
+         "token is kept, the cost c of a draft pass and the cost of the target's check of K+1 tokens, both in "
+         "plain decode steps. These figures use the numbers of the last finished run (on the Live tab).")
 
 WAITING = ('<div class="predictions"><p class="caption">When a run with plain decoding beside it ends, this box '
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
@@ -70,10 +71,10 @@ class TheorySession:
             label = f"#{len(self.points) + 1} {engine} K={self.k}"  # a server's own K, as it reported it
             if can.follows_settings:  # the page's drafter, K, policy and kernel
                 drafter = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
-                policy = f" {config.policy}" if config.policy != "fixed" else ""
+                policy = f" {config.k_policy}" if config.k_policy != "fixed" else ""
                 label = f"#{len(self.points) + 1} {drafter} K={config.k}{policy} [{self.kernel}]"
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
-            hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_step:.2f} tokens per pass{measured}"
+            hover = f"{label}: \u03b1 {metrics.alpha:.2f}, c {c:.3f}, {metrics.tokens_per_pass:.2f} tokens per pass{measured}"
             self.points.append(DrafterPoint(label, metrics.alpha, c, hover))
 
     @property
@@ -85,44 +86,6 @@ class TheorySession:
     def costs(self) -> PassCosts | None:
         """The cost table of what ran the last run: its kernel's, else the pair's single measurement."""
         return self.tables.get(self.kernel) or (PASS_COSTS.get(self.pair_key) if self.pair_key else None)
-
-
-# --- sections -------------------------------------------------------------------------------------
-
-
-def predictions_section(page) -> None:
-    """Under the stats row of the live tab: the measured speedup against the three predictions."""
-    page.predictions = gr.HTML(WAITING, elem_id="predictions")
-
-
-def tab(page) -> None:
-    """The Theory tab."""
-    with gr.Tab("Theory", id="theory", elem_id="theory-tab"):
-        # Inside the tab: a State placed directly in gr.Tabs is drawn as a second copy of the selected tab's button.
-        page.theory_state = gr.State(TheorySession())
-        gr.Markdown(
-            "Leviathan et al. 2023 model speculative decoding with three numbers: the chance \u03b1 that one draft "
-            "token is kept, the cost c of a draft pass and the cost of the target's check of K+1 tokens, both in "
-            "plain decode steps. These figures use the numbers of the last finished run (on the Live tab)."
-        )
-        with gr.Row():
-            with gr.Column():
-                page.k_curve = gr.Plot(theory_charts.k_curve_figure(), show_label=False, elem_id="k-curve-plot")
-                page.k_caption = gr.Markdown(k_caption(TheorySession()), elem_id="k-caption")
-            with gr.Column():
-                page.codesign = gr.Plot(theory_charts.codesign_figure(), show_label=False, elem_id="codesign-plot")
-                page.codesign_caption = gr.Markdown(codesign_caption(TheorySession()), elem_id="codesign-caption")
-        here = not gpu_budget.on_zero_gpu()  # both run in this process; on ZeroGPU GPU work runs in a worker per call
-        with gr.Row():
-            page.sweep_button = gr.Button("Sweep K: run K = 1, 2, 3, 4, 6, 8 on the prompt", elem_id="sweep", interactive=here)
-            page.measure_button = gr.Button("Measure pass costs on this machine", elem_id="measure-passes", interactive=here)
-        page.theory_status = gr.Markdown("" if here else "Sweep K and Measure pass costs are off on ZeroGPU.",
-                                         elem_id="theory-status")
-        with gr.Row():
-            with gr.Column():
-                page.passcost_plot = gr.Plot(theory_charts.passcost_figure(), show_label=False, elem_id="passcost-plot")
-            with gr.Column():
-                page.passcost_caption = gr.Markdown(passcost_caption(None, None), elem_id="passcost-caption")
 
 
 def updates(page, session: TheorySession) -> dict:
@@ -142,14 +105,9 @@ def updates(page, session: TheorySession) -> dict:
 def after_run(page, session: TheorySession, view) -> dict:
     """A run has ended: keep it in the session and redraw the tab from it."""
     plain = summarize(view.plain) if view.plain else None
-    session.record(summarize_runs(view.spec, view.plain, view.one_token_pass_s), plain, view.config,
+    session.record(summarize_runs(view.spec, view.plain, view.decode_step_s), plain, view.config,
                    (view.pair.get("name", ""), view.dtype_name), engine=view.spec[0].engine if view.spec else SPECDEC)
     return updates(page, session)
-
-
-def outputs(page) -> list:
-    return [page.k_curve, page.k_caption, page.codesign, page.codesign_caption, page.passcost_plot,
-            page.passcost_caption, page.theory_status]
 
 
 def _verify_cost(session: TheorySession) -> float | None:
@@ -250,7 +208,7 @@ def render_predictions(spec: RunMetrics | None, plain: RunMetrics | None, finish
         ("with verify cost", gap.with_verify_cost, "with_verify_cost",
          f"the same with the measured verify cost {spec.verify_cost:.2f} in place of the 1"),
         ("from passes", gap.from_passes, "from_passes",
-         f"{spec.tokens_per_step:.2f} measured tokens per pass \u00d7 decode step {1000 * spec.decode_step_s:.1f} ms \u00f7 "
+         f"{spec.tokens_per_pass:.2f} measured tokens per pass \u00d7 decode step {1000 * spec.decode_step_s:.1f} ms \u00f7 "
          f"measured step {1000 * spec.step_s:.1f} ms (K draft passes + one verify pass)"),
     ]
     body = "".join(
@@ -275,7 +233,7 @@ def verdict(gap, spec: RunMetrics) -> str:
         out.append(f"Verify cost: checking K+1 tokens costs {spec.verify_cost:.2f} decode steps here, {more} than the "
                    f"textbook's 1, which scales its figure by {gap.verify_factor:.2f}.")
     if abs(gap.burst_factor - 1) > 0.03:
-        out.append(f"Bursty acceptance: passes carried {spec.tokens_per_step:.2f} tokens, where independent acceptance at "
+        out.append(f"Bursty acceptance: passes carried {spec.tokens_per_pass:.2f} tokens, where independent acceptance at "
                    f"\u03b1 = {spec.alpha:.2f} predicts {spec.expected_tokens_per_pass:.2f} (\u00d7{gap.burst_factor:.2f}): "
                    + ("a draft is usually right all the way or wrong early." if gap.burst_factor > 1 else
                       "rejections were spread out more evenly than independence predicts."))

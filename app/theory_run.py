@@ -14,7 +14,7 @@ from specdec.bench.sweep import SWEEP_KS, sweep_k
 from specdec.measure.metrics import summarize
 
 from . import engine_choice, theory
-from .live import read_config
+from .settings import read_config
 
 
 def _forget_other_pair(session, key) -> None:

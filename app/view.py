@@ -1,16 +1,37 @@
 """What the page shows for a run, as a dict of updates: the same function draws a live frame, a
-finished run, a replayed one and one loaded from a file, so they cannot drift apart."""
+finished run, a replayed one and one loaded from a file, so they cannot drift apart. And the
+lanes of a run's stream, each filling its part of the view."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from specdec.measure.compare import departure, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
 from specdec.measure.metrics import summarize, summarize_runs
+from specdec.serving.gpu_budget import CaptureReport
 
 from . import charts, render, theory
-from .page import Page
+
+if TYPE_CHECKING:
+    from .page import Page
+
+
+class Lane(StrEnum):
+    """Where an item of a run's stream of (lane, item) pairs goes (app.live.receive). The values are
+    the strings the stream carries: specdec.serving.torch_thread.Stream ends it with "done" or "error"."""
+
+    SPEC = "spec"  # a StepEvent of the speculative run
+    PLAIN = "plain"  # a StepEvent of plain decoding with the same settings
+    LOSSY = "lossy"  # a StepEvent of plain decoding on an int4 copy of the target
+    SPEC_PENDING = "spec_pending"  # PendingText: a remote engine's text before its steps are known (vLLM)
+    PLAIN_PENDING = "plain_pending"
+    DECODE_STEP = "decode_step"  # seconds of one plain decode step, timed when no plain run gives it
+    CAPTURE = "capture"  # seconds the runner spent capturing passes in this call
+    DONE = "done"  # the stream has ended
+    ERROR = "error"  # the stream raised: the exception
 
 
 @dataclass
@@ -27,9 +48,9 @@ class RunView:
     show_rejected: bool = True
     lossy_wanted: bool = False  # run the lossy lane (plain decoding, int4 target) after the others
     lossy: list = field(default_factory=list)  # its StepEvents
-    pending: dict = field(default_factory=dict)  # lane -> display text a remote engine sent before its steps (vLLM)
-    one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
-    capture_s: float | None = None  # seconds the runner spent capturing passes in this run's GPU call (gpu_budget counts them)
+    pending: dict = field(default_factory=dict)  # Lane.SPEC or PLAIN -> display text a remote engine sent before its steps (vLLM)
+    decode_step_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
+    capture: CaptureReport | None = None  # what the runner spent capturing passes in this run's GPU call (gpu_budget counts it)
     # What a saved record keeps besides the events (specdec.record.run_file): the prompt, the pair, the machine, when.
     prompt: str = ""
     pair: dict = field(default_factory=dict)
@@ -77,13 +98,13 @@ def lossy_note(view: RunView) -> str:
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     """Updates for every output of a run; the three figures only when `plots` (they are heavy)."""
     plain = summarize(view.plain) if view.plain else None
-    spec = summarize_runs(view.spec, view.plain, view.one_token_pass_s)  # costs in the plain run's decode steps
+    spec = summarize_runs(view.spec, view.plain, view.decode_step_s)  # costs in the plain run's decode steps
     stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
     out = {
         page.predictions: theory.render_predictions(spec, plain, view.finished),
         page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
-        page.spec_html: render.render_spans(view.spec, view.show_rejected) or render.render_pending(view.pending.get("spec", ())),
-        page.plain_html: render.render_spans(view.plain, False) if view.plain else render.render_pending(view.pending.get("plain", ())),
+        page.spec_html: render.render_spans(view.spec, view.show_rejected) or render.render_pending(view.pending.get(Lane.SPEC, ())),
+        page.plain_html: render.render_spans(view.plain, False) if view.plain else render.render_pending(view.pending.get(Lane.PLAIN, ())),
         page.stats: stats,
         page.spec_events: view.spec,
         page.plain_events: view.plain,

@@ -6,17 +6,17 @@ what came back, to docs/reliability.md:
   on tiny-random (fp32): visitors at once (N = 1, 4, 16, each with its own prompt and seed, each
     output checked against the same request made alone), bad input, and a client that drops
     mid-run;
-  on the embedded pair (needs its converted copy; loads 5-8 GB, so pass --lock to hold the shared
-    lock for this part): a pair switch that fails and one that works, with the default pair's speed
-    before and after, a dropped client, and resident memory over 30 consecutive runs.
+  on the embedded pair (needs its converted copy; loads 5-8 GB, so this part holds the machine's
+    measurement lock, specdec.measure.lock, as the bench does): a pair switch that fails and one
+    that works, with the default pair's speed before and after, a dropped client, and resident
+    memory over 30 consecutive runs.
 
-    python scripts/reliability.py [--lock FILE] [--out docs/reliability.md]
+    python -m scripts.reliability [--out docs/reliability.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import platform
 import statistics
 import subprocess
@@ -27,24 +27,23 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
+import psutil
+
+from scripts.reliability_requests import EXAMPLES, bad_input, call, cell, visitors
+from specdec.measure.lock import one_measurement
+from specdec.models import machine as machine_facts  # machine() here describes it in one line
+from tests.app_client import Visitor, start_app
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import psutil  # noqa: E402
-
-from scripts.app_client import Visitor, start_app  # noqa: E402
-from scripts.reliability_requests import EXAMPLES, bad_input, call, cell, visitors  # noqa: E402
-from specdec.models import machine as machine_facts  # noqa: E402 (machine() here describes it in one line)
 
 EMBEDDED = "qwen2.5-coder-1.5b/0.5b"
 
 DROPPER = textwrap.dedent("""
     import sys, time
-    sys.path.insert(0, sys.argv[2])
-    from scripts.app_client import Visitor
+    from tests.app_client import Visitor
     visitor = Visitor(sys.argv[1])
     start = time.perf_counter()
-    job = visitor.submit(prompt="def f(x):", pair=sys.argv[3], max_new_tokens=int(sys.argv[4]), compare=True)
+    job = visitor.submit(prompt="def f(x):", pair=sys.argv[2], max_new_tokens=int(sys.argv[3]), compare=True)
     for i, _ in enumerate(job):
         print(f"frame {time.perf_counter() - start:.4f}", flush=True)
         if i == 5:
@@ -62,8 +61,8 @@ def dropped_client(url: str, pair: str, max_new_tokens: int, report: list[str], 
     idle = statistics.median(short_request() for _ in range(3))
     after, intervals, dropped_at = [], [], []
     for _ in range(tries):
-        client = subprocess.Popen([sys.executable, "-c", DROPPER, url, str(ROOT), pair, str(max_new_tokens)],
-                                  stdout=subprocess.PIPE, text=True)
+        client = subprocess.Popen([sys.executable, "-c", DROPPER, url, pair, str(max_new_tokens)],
+                                  stdout=subprocess.PIPE, text=True, cwd=ROOT)  # run from the checkout: tests.app_client
         frames = []
         for line in client.stdout:
             if line.startswith("frame"):
@@ -163,17 +162,6 @@ def memory_series(url: str, pid: int, runs: int, report: list[str]) -> None:
 # ---- the report -----------------------------------------------------------------------------------
 
 @contextmanager
-def held(lock_path: str | None):
-    if not lock_path:
-        yield
-        return
-    with open(lock_path, "w") as lock:
-        print(f"waiting for {lock_path}", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-@contextmanager
 def app(env: dict):
     start = time.perf_counter()
     proc, url = start_app(env, timeout_s=600)
@@ -197,12 +185,11 @@ def machine() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
-    parser.add_argument("--lock", help="lock file to hold while the embedded pair is loaded (shared with other benchmark jobs on the machine, so they do not run at once)")
     parser.add_argument("--runs", type=int, default=30, help="consecutive runs of the memory series")
     parser.add_argument("--parts", default="tiny,embedded", help="which apps to run: tiny, embedded or both")
     args = parser.parse_args(argv)
     report = ["# Reliability: the app as a public Space", "",
-              f"Written by `python scripts/reliability.py` on {date.today()}: {machine()}. Every request goes "
+              f"Written by `python -m scripts.reliability` on {date.today()}: {machine()}. Every request goes "
               "through gradio_client to app.py on a loopback port, as an API client of a Space would. "
               "`tests/test_space.py`, `tests/test_pairs.py` and `tests/test_faults.py` check the same "
               "behaviours; this records the figures.", ""]
@@ -225,7 +212,7 @@ def main(argv=None) -> int:
         embedded += ["The embedded pair's converted copy is absent (`make prepare`): its parts were not run.", ""]
     elif "embedded" in parts:
         pairs = f"{EMBEDDED},tiny-random,smollm2-1.7b/135m"
-        with held(args.lock), app({"SPECDEC_PAIR": EMBEDDED, "SPECDEC_PAIRS": pairs}) as (proc, url, start_s):
+        with one_measurement("python -m scripts.reliability"), app({"SPECDEC_PAIR": EMBEDDED, "SPECDEC_PAIRS": pairs}) as (proc, url, start_s):
             print("dropped client (embedded pair)", flush=True)
             dropped_client(url, EMBEDDED, 256, dropped)
             print("pair switch", flush=True)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.app_client import Visitor
+from tests.app_client import Visitor
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())]
@@ -109,7 +109,7 @@ BAD_INPUT = [  # (what is tried, settings, field the message must name; None: mu
     ("unknown pair", {"pair": "gpt-9/1b"}, "pair"),
     ("pair hidden on a CPU", {"pair": "qwen2.5-coder-7b/0.5b"}, "pair"),
     ("pair as a list", {"pair": ["tiny-random"]}, "pair"),
-    ("adaptive K not a boolean", {"adaptive_k": "yes"}, "adaptive_k"),
+    ("adaptive K not a boolean", {"adaptive_k": "yes"}, "k_policy adaptive"),
     ("compare not a boolean", {"compare": 1}, "compare"),
     ("empty prompt", {"prompt": ""}, "prompt"),
     ("whitespace prompt", {"prompt": " \n\t "}, "prompt"),

@@ -1,4 +1,4 @@
-"""Command line: `python -m specdec generate ...` and `python -m specdec bench ...`."""
+"""Command line: `python -m specdec generate|bench|passes|prepare|engines ...`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from specdec.cli.args import (add_bench_command_args, add_generation_args, add_model_args, generation_config, load, runner_names,
                               variant_names)
 from specdec.cli.engines import add_engines_command
+from specdec.cli.passes import add_passes_command
 from specdec.core.events import BONUS, CORRECTION, StepEvent
 
 ANSI = {
@@ -44,10 +45,9 @@ def cmd_generate(args) -> int:
     if len(variants) > 1:
         raise ValueError("generate runs one draft variant; --draft-variant takes one name here")
     config = generation_config(args, variants[0], runner_names(args, pair)[0])
-    if config.policy == "cost" and config.drafter != "none":
-        from specdec.measure.cost_table import costs_for
+    from specdec.engines.assemble import prepare
 
-        costs_for(pair, config, progress=True)  # cached, or measured now with a progress bar (the run would measure it silently)
+    prepare(pair, config, progress=True)  # a cost table is cached, or measured now with a progress bar (the run would measure it silently)
     result = compare_runs(pair, args.prompt, config, chat=args.chat, with_plain=args.compare, with_plain_int4=args.plain_int4)
     if args.record:
         from specdec.measure.metrics import FROM_ONE_TOKEN_PASS
@@ -57,7 +57,7 @@ def cmd_generate(args) -> int:
 
         record = RunRecord(prompt=args.prompt, config=config, pair=pair_info(pair), machine=machine_info(pair),
                            spec=result.spec_events, plain=result.plain_events or [], created=now_utc(),
-                           one_token_pass_s=result.spec.decode_step_s if timed_after else None)
+                           decode_step_s=result.spec.decode_step_s if timed_after else None)
         with open(args.record, "w", encoding="utf-8") as f:
             f.write(to_json(record))
     if args.json:
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")
     add_bench_command_args(b)
     b.set_defaults(func=cmd_bench)
+    add_passes_command(sub)
     add_engines_command(sub)
     args = parser.parse_args(argv)
     from specdec.models.bundle_chunks import BundleError  # light: no torch

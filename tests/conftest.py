@@ -16,10 +16,10 @@ def tiny_pair():
 
 
 def run_checked(pair, prompt, config, **kwargs):
-    """Generate, check the event contract on the whole stream, return the events."""
-    from specdec.engines.assemble import generate
+    """Run, check the event contract on the whole stream, return the events."""
+    from specdec.engines.ours import OurSource
 
-    events = list(generate(pair, prompt, config, **kwargs))
+    events = list(OurSource(pair, config).run(prompt, **kwargs))
     check_invariants(events)
     return events
 

@@ -18,8 +18,10 @@ def test_every_value_shows_in_the_line():
         assert part in line, part
 
 
-def test_adaptive_k_wins_over_the_cost_policy_as_in_the_config():
-    assert "adaptive K" in summary(AdvancedValues(adaptive=True, cost_k=True))
+def test_both_k_policies_ticked_are_named_as_a_choice_to_make():
+    """A run with both is refused (app.settings.read_config): the summary says so before it starts."""
+    assert "adaptive K and K from pass costs both ticked: choose one" in summary(AdvancedValues(adaptive=True, cost_k=True))
+    assert "adaptive K" in summary(AdvancedValues(adaptive=True)) and "choose one" not in summary(AdvancedValues(adaptive=True))
 
 
 def test_a_remote_engine_shows_its_urls():

@@ -4,7 +4,7 @@ import pytest
 
 from specdec.__main__ import main
 from specdec.core.config import MAX_NEW_TOKENS_CAP, GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.models.pair import load_pair
 
 
@@ -18,20 +18,20 @@ def test_config_field_out_of_range(field, value):
         GenerationConfig(**{field: value}).validate()
 
 
-def test_adaptive_k_and_the_cost_policy_exclude_each_other():
-    assert GenerationConfig(adaptive_k=True).validate().policy == "adaptive"  # the older spelling still works
-    with pytest.raises(ValueError, match="adaptive_k.*k_policy"):
-        GenerationConfig(adaptive_k=True, k_policy="cost").validate()
+def test_the_k_policy_has_one_name():
+    """adaptive_k, its older spelling, is read only from old record files (specdec.record.run_file)."""
+    with pytest.raises(TypeError, match="adaptive_k"):
+        GenerationConfig(**{"adaptive_k": True})
 
 
 def test_empty_prompt(tiny_pair):
     with pytest.raises(ValueError, match="prompt"):
-        generate(tiny_pair, "   ", GenerationConfig())
+        OurSource(tiny_pair, GenerationConfig()).run("   ")
 
 
 def test_prompt_longer_than_context(tiny_pair):
     with pytest.raises(ValueError, match="context of 4096 tokens"):
-        generate(tiny_pair, "word " * 5000, GenerationConfig())
+        OurSource(tiny_pair, GenerationConfig()).run("word " * 5000)
 
 
 def test_unknown_pair():

@@ -33,7 +33,7 @@ def test_cli_prints_one_json_object(tmp_path, capsys):
 def test_json_shape(report):
     assert {"results", "summary", "machine", "settings"} <= report.keys()
     assert len(report["results"]) == len(PROMPTS) * len(DEFAULT_MODES)
-    keys = {"prompt", "mode", "tokens", "seconds", "tok_s", "identical_to_plain", "acceptance_rate"}
+    keys = {"prompt", "mode", "tokens", "seconds", "tok_s", "identical_to_plain", "accepted_share"}
     for r in report["results"]:
         assert keys <= r.keys()
         assert r["tokens"] > 0 and r["seconds"] > 0 and r["tok_s"] == pytest.approx(r["tokens"] / r["seconds"])
@@ -57,7 +57,7 @@ def test_our_greedy_modes_equal_plain(report):
         for mode in ("spec", "best"):
             assert by[p["id"], mode]["identical_to_plain"] is True, (p["id"], mode)
             assert by[p["id"], mode]["tokens"] == plain["tokens"]
-        assert 0 <= by[p["id"], "spec"]["acceptance_rate"] <= 1
+        assert 0 <= by[p["id"], "spec"]["accepted_share"] <= 1
         # transformers stops on the same end-of-sequence ids and length, so it makes as many tokens
         assert by[p["id"], "hf_assisted"]["tokens"] == plain["tokens"]
 

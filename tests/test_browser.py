@@ -182,12 +182,12 @@ SPAN_IN_PAGE = "Array.from(document.querySelectorAll('#spec-pane .tok')).map(t =
 def expected_run(max_new_tokens: int, temperature: float, draft_variant: str):
     """The same run in this process (same pair, dtype, settings and seed): what stepping must show."""
     from specdec.core.config import GenerationConfig
-    from specdec.engines.assemble import generate
+    from specdec.engines.ours import OurSource
     from specdec.models.pair import load_pair
 
     pair = load_pair("tiny-random", device="cpu", dtype=DTYPE)
     config = GenerationConfig(max_new_tokens=max_new_tokens, k=5, temperature=temperature, draft_variant=draft_variant)
-    return list(generate(pair, STEP_PROMPT, config))
+    return list(OurSource(pair, config).run(STEP_PROMPT))
 
 
 def panel_verdicts(page, step: int) -> list[str]:

@@ -4,9 +4,9 @@ next pass feeds), with the same keys a fresh prefill of that sequence would give
 import pytest
 import torch
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.eager_model import CachedModel
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 
 PROMPT = "for i in range(10):"
 
@@ -36,13 +36,13 @@ def assert_cache_matches(lm: CachedModel, model, vocab_size, ids):
     GenerationConfig(k=4, max_new_tokens=24, drafter="auto"),
 ], ids=["greedy", "sampling", "auto"])
 def test_caches_roll_back_exactly(tiny_pair, config):
-    run = generate(tiny_pair, PROMPT, config)
+    run = OurSource(tiny_pair, config).run(PROMPT)
     kinds = set()
     for event in run:
         kinds.add(event.kind)
         committed = run.seq[:-1]  # the last token is fed at the start of the next pass
         assert_cache_matches(run.target, tiny_pair.target, tiny_pair.vocab_size, committed)
-        draft = run.runner.draft
+        draft = run.proposers[-1].lm  # the draft model the model proposer drafts with
         behind = len(committed) - draft.length  # positions the draft model has not seen yet
         if config.drafter == "model":
             # Fully accepted draft: the draft has not yet fed its own last token. A plain step

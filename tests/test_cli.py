@@ -9,7 +9,7 @@ def test_generate_json_with_compare(capsys):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"pair", "device", "dtype", "draft_variant", "text", "tokens", "steps", "metrics", "plain", "speedup", "identical_to_plain"} <= out.keys()
-    assert {"acceptance_rate", "tokens_per_step", "target_passes", "tokens_per_s", "cost_ratio_c", "predicted_speedup"} <= out["metrics"].keys()
+    assert {"accepted_share", "tokens_per_pass", "target_passes", "tokens_per_s", "cost_ratio_c", "predicted_speedup"} <= out["metrics"].keys()
     assert out["identical_to_plain"] is True and out["tokens"] == out["plain"]["tokens"]
     assert len(out["tokens"]) == 20 and out["metrics"]["target_passes"] == len(out["steps"])
     assert all({"drafted", "accepted", "emitted", "kind"} <= s.keys() for s in out["steps"])

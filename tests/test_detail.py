@@ -10,8 +10,8 @@ import specdec.core.acceptance as acceptance
 from conftest import run_checked, untimed
 from specdec.core.acceptance import speculative_sample
 from specdec.core.config import GenerationConfig
-from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, explain, record_step, replay_uniforms
-from specdec.engines.assemble import generate_detailed
+from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, Decided, Scored, explain, record_step, replay_uniforms
+from specdec.engines.ours import OurSource
 from specdec.core.events import CORRECTION
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -20,7 +20,7 @@ V = 10
 SETTINGS = [
     GenerationConfig(max_new_tokens=30, k=4),
     GenerationConfig(max_new_tokens=30, k=4, temperature=0.9, seed=7),
-    GenerationConfig(max_new_tokens=30, k=3, temperature=1.2, top_p=0.9, seed=1, drafter="auto", adaptive_k=True),
+    GenerationConfig(max_new_tokens=30, k=3, temperature=1.2, top_p=0.9, seed=1, drafter="auto", k_policy="adaptive"),
     GenerationConfig(max_new_tokens=30, k=5, temperature=0.7, seed=2, drafter="lookup"),
 ]
 
@@ -28,7 +28,7 @@ SETTINGS = [
 @pytest.mark.parametrize("config", SETTINGS, ids=["greedy", "sampled", "auto-adaptive-top-p", "lookup-sampled"])
 def test_stepping_with_detail_equals_an_uninterrupted_run(tiny_pair, config):
     running = run_checked(tiny_pair, PROMPT, config)
-    stepped = generate_detailed(tiny_pair, PROMPT, config)
+    stepped = OurSource(tiny_pair, config).run(PROMPT, detailed=True)
     it = iter(stepped)
     events = [next(it) for _ in range(3)]  # three single steps, as the Step button takes them
     events += list(it)  # then "Run to end"
@@ -38,7 +38,7 @@ def test_stepping_with_detail_equals_an_uninterrupted_run(tiny_pair, config):
 
 def test_recorded_draws_and_choices_match_the_verdicts(tiny_pair):
     for config in SETTINGS:
-        decoding = generate_detailed(tiny_pair, PROMPT, config)
+        decoding = OurSource(tiny_pair, config).run(PROMPT, detailed=True)
         events = list(decoding)
         for event, detail in zip(events, decoding.details):
             x = explain(event, detail)
@@ -74,7 +74,7 @@ def test_explain_without_a_detail_uses_what_the_event_holds(tiny_pair):
 
 
 def generate_detail(pair):
-    decoding = generate_detailed(pair, PROMPT, GenerationConfig(max_new_tokens=4, k=2))
+    decoding = OurSource(pair, GenerationConfig(max_new_tokens=4, k=2)).run(PROMPT, detailed=True)
     list(decoding)
     return decoding.details[0]
 
@@ -93,14 +93,14 @@ def test_residual_shown_is_what_speculative_sample_drew_from(monkeypatch):
     q = torch.stack([dist({3: 0.5, 5: 0.5}), dist({2: 0.1, 8: 0.1, 5: 0.3, 6: 0.5})])
     draft_ids = torch.tensor([3, 6])
     drawn_from = []
-    real_multinomial = torch.multinomial
-    monkeypatch.setattr(acceptance.torch, "multinomial", lambda probs, *a, **kw: drawn_from.append(probs.clone()) or real_multinomial(probs, *a, **kw))
+    real_race = acceptance.race_sample
+    monkeypatch.setattr(acceptance, "race_sample", lambda probs, g: drawn_from.append(probs[0].clone()) or real_race(probs, g))
     generator = torch.Generator().manual_seed(0)
     state = generator.get_state()
     n, token = speculative_sample(draft_ids, p, q, generator)
     monkeypatch.undo()
     u = replay_uniforms(state, 2, "cpu")
-    detail = record_step(0, draft_ids, q, p.log(), p, int(n), int(token), u, greedy=False, top_n=V)
+    detail = record_step(Scored(draft_ids, q, p.log(), p), Decided(0, int(n), int(token), u, greedy=False), top_n=V)
     assert (detail.at, detail.drawn) == (1, int(token)) and int(token) in (2, 8)
     (used,) = drawn_from
     shown = torch.zeros(V)
@@ -117,7 +117,8 @@ def test_bonus_detail_is_the_target_distribution():
     generator = torch.Generator().manual_seed(0)
     state = generator.get_state()
     n, token = speculative_sample(torch.tensor([3]), p, None, generator)
-    detail = record_step(0, torch.tensor([3]), None, p.log(), p, int(n), int(token), replay_uniforms(state, 1, "cpu"), greedy=False, top_n=V)
+    u = replay_uniforms(state, 1, "cpu")
+    detail = record_step(Scored(torch.tensor([3]), None, p.log(), p), Decided(0, int(n), int(token), u, greedy=False), top_n=V)
     assert detail.at == 1 and detail.positions[0].draft_top is None  # prompt lookup: q is one-hot
     assert {c.id: c.residual for c in detail.candidates if c.p > 0} == pytest.approx({4: 0.7, 9: 0.3})
     assert all(c.q == 0 for c in detail.candidates)

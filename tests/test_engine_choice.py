@@ -47,10 +47,10 @@ def serve(steps):
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random", pairs=("tiny-random",))
+        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +117,8 @@ def test_text_before_its_steps_streams_uncoloured_then_the_steps_colour_it(page,
     from specdec.core.config import GenerationConfig
     from specdec.engines.vllm import PendingText
 
-    step = ours.generate  # any StepEvent will do: take one from a run of this project's engine on tiny-random
-    pair = pairs.shared_store().get("tiny-random")
-    event = next(iter(step(pair, "def f(x):", GenerationConfig(max_new_tokens=2))))
+    pair = pairs.shared_store().get("tiny-random")  # any StepEvent will do: one from a run of this project's engine on tiny-random
+    event = next(iter(ours.OurSource(pair, GenerationConfig(max_new_tokens=2)).run("def f(x):")))
     items = [PendingText((5,), ("<b>",), 1, 0.1), PendingText((6,), (" x",), 2, 0.2), event]
     monkeypatch.setattr(engine_choice, "remote_updates", lambda *a, **k: iter(items))
     lanes = list(engine_choice.remote_lanes("vllm", "http://x", "", "p", pair, GenerationConfig(), compare=False))

@@ -8,8 +8,8 @@ bigram table over 8 tokens), run by the engine like any model. Then every emitte
 follow row `previous token` of the target's processed distribution, and one run gives a
 thousand draws in seconds. Each known way to get this wrong (other
 engines have shipped them) is patched in and must fail the same test. Both runners are checked:
-the eager one (torch.multinomial) and the static one (acceptance on the device, draws by an
-exponential race; specdec.core.runners).
+eager (transformers' growing cache) and static (a preallocated cache in fixed shapes): the same
+step, proposer and rule over two kinds of model (specdec.core.runners).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 from scipy.stats import chi2
 
 from conftest import run_checked, tokens
-from specdec.core import drafters
 from specdec.core import sampling
 from specdec.core.acceptance import race_sample, residual, speculative_sample
-from specdec.core.runners import eager, static_draft, static_runner
+from specdec.core.proposers import model as model_proposer
+from specdec.core.runners import runner as runner_step
 from specdec.core.config import GenerationConfig
 from specdec.models.pair import ModelPair
 
@@ -37,8 +37,10 @@ CONFIG = GenerationConfig(k=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P
 
 class BigramLM(torch.nn.Module):
     """A causal LM whose next-token logits are row `last token` of a fixed (V, V) table, whatever
-    came before. It has the interface the engine runs a model through (specdec.core.cached_model: input
-    ids, a transformers cache it extends, logits_to_keep), at next to no cost per pass."""
+    came before. It has the interface the engine runs a model through (specdec.core.runners: a
+    decoder that takes input ids and extends a transformers cache, returning its final hidden
+    states; an output head that turns them into logits), at next to no cost per pass: the hidden
+    state of a token is its one-hot row, and the head holds the table."""
 
     def __init__(self, table: torch.Tensor):
         from transformers import Qwen2Config
@@ -64,12 +66,18 @@ class BigramLM(torch.nn.Module):
     def get_input_embeddings(self):
         return lambda ids: torch.nn.functional.one_hot(ids, self.head.in_features).float()
 
-    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, **kwargs):
+    def get_decoder(self):
+        return self.decode
+
+    def decode(self, input_ids, cache, use_cache=True, **kwargs):
         n = input_ids.shape[1]
         empty = torch.zeros(1, 1, n, 8)  # (1, kv heads, n, head dim) of the config above
         cache.update(empty, empty, 0)  # the cache counts positions (rollback is the engine's), nothing is attended
-        ids = input_ids[:, -logits_to_keep:] if logits_to_keep else input_ids  # (1, n')
-        return SimpleNamespace(logits=self.head(torch.nn.functional.one_hot(ids, self.head.in_features).float()))
+        return SimpleNamespace(last_hidden_state=self.get_input_embeddings()(input_ids))  # (1, n, V)
+
+    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, **kwargs):
+        hidden = self.decode(input_ids, cache).last_hidden_state  # (1, n, V)
+        return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden))
 
 
 def word_tokenizer(v: int):
@@ -135,7 +143,7 @@ def transition_p_value(pair, target_logits, config) -> float:
 
 
 def test_the_bigram_pair_is_what_it_claims(bigram):
-    from specdec.core.cached_model import CachedModel
+    from specdec.core.runners.eager_model import CachedModel
 
     pair, target = bigram
     lm = CachedModel(pair.target, VOCAB)
@@ -147,11 +155,9 @@ def test_the_bigram_pair_is_what_it_claims(bigram):
 
 RUNNERS = ("eager", "static")
 # Where each runner looks up what the broken variants replace: (the draft's module, the name of its
-# sampler there, the real sampler, the module that computes the target's p).
-PARTS = {
-    "eager": (drafters, "sample", sampling.sample, eager),
-    "static": (static_draft, "race_sample", race_sample, static_runner),
-}
+# sampler there, the real sampler, the module that computes the target's p). Both runners run the
+# same proposer and step: the broken variants reach both through the same names.
+PARTS = {runner: (model_proposer, "race_sample", race_sample, runner_step) for runner in RUNNERS}
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

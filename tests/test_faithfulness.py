@@ -4,7 +4,7 @@ agreement under teacher forcing; and the bench's columns built from them."""
 import pytest
 import torch
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.eager_model import CachedModel
 from specdec.measure.faithfulness import (faithfulness, first_departure, forced_predictions, forced_top2, top1_agreement,
                                          untied_agreement)
 
@@ -49,10 +49,10 @@ def test_forced_top2_gives_the_gap_between_the_best_two_logits(tiny_pair):
 def test_forced_predictions_are_the_greedy_choices_along_a_text(tiny_pair):
     """Along the model's own greedy output, teacher forcing predicts that output (fp32: no ties)."""
     from specdec.core.config import GenerationConfig
-    from specdec.engines.assemble import generate
+    from specdec.engines.ours import OurSource
 
     config = GenerationConfig(max_new_tokens=10, drafter="none")
-    ids = [t for e in generate(tiny_pair, PROMPT, config, chat=False) for t in e.emitted]
+    ids = [t for e in OurSource(tiny_pair, config).run(PROMPT, chat=False) for t in e.emitted]
     prompt_ids = tiny_pair.encode_prompt(PROMPT, chat=False, max_new_tokens=10)
     model = CachedModel(tiny_pair.target, tiny_pair.vocab_size)
     predicted = forced_predictions(model, prompt_ids, ids)
@@ -94,9 +94,9 @@ def test_bench_judges_every_plain_run_against_bf16(tiny_pair):
 
 def bench_events(pair, kernel):
     from specdec.core.config import GenerationConfig
-    from specdec.engines.assemble import generate
+    from specdec.engines.ours import OurSource
 
-    return list(generate(pair, PROMPT, GenerationConfig(max_new_tokens=10, drafter="none", target_kernel=kernel), chat=False))
+    return list(OurSource(pair, GenerationConfig(max_new_tokens=10, drafter="none", target_kernel=kernel)).run(PROMPT, chat=False))
 
 
 def test_the_page_says_how_faithful_a_kernel_was_measured_to_be(monkeypatch):

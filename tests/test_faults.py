@@ -24,7 +24,7 @@ from specdec.models import bundle, bundle_chunks, gguf_dense
 from specdec.core.config import GenerationConfig
 from specdec.models import presets
 from specdec.models.presets import PairPreset
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.models.pair import load_pair
 from specdec.serving.pairs import Offer, PairStore, PairUnavailable
 
@@ -81,7 +81,7 @@ def still_serving(store: PairStore, tiny) -> None:
     """The pair loaded before the fault is the same object, and it generates."""
     with store.acquire(TINY) as pair:
         assert pair is tiny
-        assert len(list(generate(pair, "def f(x):", GenerationConfig(max_new_tokens=4)))) > 0
+        assert len(list(OurSource(pair, GenerationConfig(max_new_tokens=4)).run("def f(x):"))) > 0
 
 
 def test_fake_bundle_loads(fake):

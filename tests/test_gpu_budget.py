@@ -7,7 +7,7 @@ import pytest
 from specdec.serving import gpu_budget
 from specdec.core.config import GenerationConfig
 from specdec.core.events import CORRECTION, PLAIN, StepEvent
-from specdec.serving.gpu_budget import PassCosts, call_seconds, check_fits, max_new_tokens_within
+from specdec.serving.gpu_budget import CaptureReport, PassCosts, call_seconds, check_fits, max_new_tokens_within
 
 COSTS = PassCosts(draft_s=0.02, verify_s=0.05, decode_s=0.04, setup_s=10.0)
 
@@ -18,7 +18,7 @@ def test_worst_case_is_every_draft_rejected():
     assert call_seconds(config, True, COSTS) == pytest.approx(10 + 100 * (5 * 0.02 + 0.05) + 100 * 0.04)
     assert call_seconds(config, False, COSTS) == pytest.approx(10 + 100 * 0.15)
     assert call_seconds(GenerationConfig(max_new_tokens=100, drafter="lookup"), False, COSTS) == pytest.approx(10 + 100 * 0.05)
-    adaptive = GenerationConfig(max_new_tokens=100, k=5, adaptive_k=True, k_max=16)
+    adaptive = GenerationConfig(max_new_tokens=100, k=5, k_policy="adaptive", k_max=16)
     assert call_seconds(adaptive, False, COSTS) == pytest.approx(10 + 100 * (16 * 0.02 + 0.05))
 
 
@@ -65,6 +65,7 @@ def test_call_limit_from_the_environment():
 def fresh_budget(monkeypatch):
     monkeypatch.setattr(gpu_budget, "_costs", {})
     monkeypatch.setattr(gpu_budget, "_captures", {})
+    monkeypatch.setattr(gpu_budget, "_fresh_measured", set())
 
 
 def test_learned_costs_are_kept_per_pair_kernel_variant_and_runner(fresh_budget):
@@ -95,13 +96,38 @@ def test_a_runners_capture_time_is_counted_once_per_call_and_measured_replaces_t
     assert call_seconds(config, True, c) - call_seconds(config, True, e) == pytest.approx(c.capture_s)
     assert call_seconds(replace(config, max_new_tokens=500), True, c) - call_seconds(replace(config, max_new_tokens=500), True, e) \
         == pytest.approx(c.capture_s)  # once per call, whatever its length
-    gpu_budget.record_capture(compiled, 4.0)
+    gpu_budget.record_capture(compiled, CaptureReport(4.0, fresh=True))
     assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(1.5 * 4.0)
     assert gpu_budget.costs_for(eager).capture_s == 0.0
     fit_with, fit_without = (max_new_tokens_within(60, config, True, gpu_budget.costs_for(k)) for k in (compiled, eager))
     assert fit_with < fit_without
-    with pytest.raises(ValueError, match="capture seconds must be a number >= 0, got -1"):
-        gpu_budget.record_capture(compiled, -1)
+    for bad in (-1, float("nan")):
+        with pytest.raises(ValueError, match=f"capture seconds must be a number >= 0, got {bad}"):
+            gpu_budget.record_capture(compiled, CaptureReport(bad, fresh=True))
+
+
+def test_a_reused_workers_capture_never_lowers_the_figure(fresh_budget):
+    """A call in a reused worker captures what that worker lacked, often nothing: its 0 s must not
+    shorten the next call's duration, which may land in a fresh worker that captures everything."""
+    compiled = gpu_budget.cost_key("tiny-random", GenerationConfig(runner="compiled"))
+    estimate = gpu_budget.CAPTURE_ESTIMATES["compiled"]
+    gpu_budget.record_capture(compiled, CaptureReport(0.0, fresh=False))
+    assert gpu_budget.costs_for(compiled).capture_s == estimate
+    gpu_budget.record_capture(compiled, CaptureReport(estimate, fresh=False))  # longer than the estimate: it grows
+    assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(1.5 * estimate)
+    gpu_budget.record_capture(compiled, CaptureReport(1.0, fresh=False))
+    assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(1.5 * estimate)
+
+
+def test_the_first_fresh_capture_replaces_the_estimate_and_the_figure_then_only_grows(fresh_budget):
+    compiled = gpu_budget.cost_key("tiny-random", GenerationConfig(runner="compiled"))
+    static = gpu_budget.cost_key("tiny-random", GenerationConfig(runner="static"))
+    gpu_budget.record_capture(compiled, CaptureReport(2.0, fresh=True))  # far below the estimate: replaces it
+    assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(3.0)
+    for seconds, fresh, figure in [(0.0, False, 3.0), (1.0, True, 3.0), (4.0, True, 6.0), (0.5, False, 6.0)]:
+        gpu_budget.record_capture(compiled, CaptureReport(seconds, fresh))
+        assert gpu_budget.costs_for(compiled).capture_s == pytest.approx(figure), (seconds, fresh)
+    assert gpu_budget.costs_for(static).capture_s == gpu_budget.CAPTURE_ESTIMATES["static"]  # per key
 
 
 def test_the_setup_grows_with_the_weights_a_call_moves_onto_the_card():

@@ -5,6 +5,7 @@ import pytest
 
 from specdec.core.k_policy import (AcceptanceEstimate, AdaptiveK, Choice, CostK, FixedK, best_choice, make_policy,
                               predicted_rate)
+from specdec.core.config import GenerationConfig
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import expected_tokens_per_pass
 
@@ -132,11 +133,18 @@ def test_fixed_and_adaptive():
 
 
 def test_make_policy():
-    assert isinstance(make_policy("fixed", 5, 16), FixedK)
-    assert isinstance(make_policy("adaptive", 5, 16), AdaptiveK)
-    cost = make_policy("cost", 5, 32, FLAT)
+    assert isinstance(make_policy(GenerationConfig(k=5, k_policy="fixed")), FixedK)
+    assert isinstance(make_policy(GenerationConfig(k=5, k_policy="adaptive")), AdaptiveK)
+    cost = make_policy(GenerationConfig(k=5, k_policy="cost", k_max=32), FLAT)
     assert cost.k_max == 15  # the largest measured pass is 16 tokens
     with pytest.raises(ValueError, match="cost table"):
-        make_policy("cost", 5, 16)
+        make_policy(GenerationConfig(k=5, k_policy="cost"))
     with pytest.raises(ValueError, match="k_policy must be one of fixed, adaptive, cost"):
-        make_policy("best", 5, 16)
+        make_policy(GenerationConfig(k=5, k_policy="best"))
+
+
+@pytest.mark.parametrize("k_policy", ["fixed", "adaptive", "cost"])
+def test_plain_decoding_drafts_nothing_whatever_the_policy(k_policy):
+    """Nothing drafts: K = 0 every step, with no cost table needed."""
+    policy = make_policy(GenerationConfig(k=5, k_policy=k_policy, drafter="none"))
+    assert isinstance(policy, FixedK) and policy.choose("").k == 0

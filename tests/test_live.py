@@ -13,6 +13,7 @@ from app import live
 from specdec.engines import ours
 from app.page import StopFlag
 from app.render import render_spans
+from app.settings import read_config
 from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.serving import torch_thread
@@ -23,10 +24,10 @@ from tests.conftest import run_checked, tokens
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random", pairs=("tiny-random",))
+        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 @pytest.fixture(autouse=True)
@@ -53,9 +54,9 @@ def no_progress(*args, **kwargs):
 
 def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_thread(page, monkeypatch, tiny_pair):
     threads = []
-    real_generate = ours.generate
+    real_build = ours.build_decoding
 
-    class Recording:  # the run as generate gives it (its runner read after the run), each step's thread noted
+    class Recording:  # the run as build_decoding gives it (its runner read after the run), each step's thread noted
         def __init__(self, decoding):
             self.decoding, self.runner = decoding, decoding.runner
 
@@ -64,11 +65,12 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
                 threads.append(threading.get_ident())
                 yield event
 
-    def recording_generate(*args, **kwargs):
-        return Recording(real_generate(*args, **kwargs))
+    def recording_build(*args, **kwargs):
+        return Recording(real_build(*args, **kwargs))
 
-    monkeypatch.setattr(ours, "generate", recording_generate)
+    monkeypatch.setattr(ours, "build_decoding", recording_build)
     frames = list(live.live_run(page, settings(page), no_progress))
+    monkeypatch.undo()  # the runs below, made here to compare, are not the page's
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
@@ -88,7 +90,7 @@ def test_the_runner_chosen_on_the_page_runs_and_is_named(page, tiny_pair):
     config = GenerationConfig(max_new_tokens=16, k=4)
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
     with pytest.raises(ValueError, match="runner must be one of eager, static, compiled"):
-        live.read_config(page, settings(page, runner="fast"))
+        read_config(page, settings(page, runner="fast"))
 
 
 def test_stop_ends_the_run_between_two_steps(page):
@@ -116,6 +118,14 @@ def test_an_engine_error_reaches_the_page(page, monkeypatch):
         yield from ()
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(ours, "generate", failing)
+    monkeypatch.setattr(ours, "build_decoding", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         list(live.live_run(page, settings(page), no_progress))
+
+
+def test_the_k_policy_checkboxes_ask_for_k_policy_by_name(page):
+    assert read_config(page, settings(page)).k_policy == "fixed"
+    assert read_config(page, settings(page, adaptive=True)).k_policy == "adaptive"
+    assert read_config(page, settings(page, cost_k=True)).k_policy == "cost"
+    with pytest.raises(ValueError, match="k_policy adaptive and k_policy cost exclude each other: choose one k_policy"):
+        read_config(page, settings(page, adaptive=True, cost_k=True))

@@ -172,7 +172,7 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
                          max_new_tokens=6, warmup_tokens=2, log=lambda line: None)
     by = {r["mode"]: r for r in report["results"]}
     assert by["llamacpp_spec"]["identical_to_plain"] is True and by["llamacpp_plain"]["identical_to_plain"] is None
-    assert by["llamacpp_spec"]["acceptance_rate"] == pytest.approx(3 / 6) and by["llamacpp_spec"]["target_passes"] == 3
+    assert by["llamacpp_spec"]["accepted_share"] == pytest.approx(3 / 6) and by["llamacpp_spec"]["target_passes"] == 3
     assert by["llamacpp_spec"]["tokens"] == 6 and by["llamacpp_spec"]["tok_s"] > 0
     assert report["summary"]["speedup_vs_own_plain"]["llamacpp_spec"] > 0
     assert "llamacpp_plain" not in report["summary"]["all_identical_to_plain"]

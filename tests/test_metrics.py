@@ -27,7 +27,7 @@ def test_summarize():
     events = [event(0, (1, 2, 3, 4), 4, BONUS, 5, 0.5), event(1, (1, 2, 3, 4), 1, CORRECTION, 7, 1.0)]
     m = summarize(events)
     assert (m.tokens, m.target_passes, m.drafted, m.accepted) == (7, 2, 8, 5)
-    assert m.accepted_share == m.acceptance_rate == 5 / 8 and m.tokens_per_step == 3.5 and m.tokens_per_s == 7.0
+    assert m.accepted_share == 5 / 8 and m.tokens_per_pass == 3.5 and m.tokens_per_s == 7.0
     assert m.alpha == 5 / 6  # 5 accepted, 1 rejection
     assert m.decode_step_s is None and m.cost_ratio_c is None and m.predicted_speedup is None  # no decode step known
     assert math.isfinite(summarize([]).tokens_per_s)
@@ -69,7 +69,7 @@ def test_decode_step_sources():
     m = summarize_runs(spec, plain)
     assert (m.decode_step_s, m.decode_step_from) == (pytest.approx(0.1), FROM_PLAIN)
     assert m.cost_ratio_c == pytest.approx(0.5) and m.verify_cost == pytest.approx(2.0)
-    m = summarize_runs(spec, None, one_token_pass_s=0.2)
+    m = summarize_runs(spec, None, decode_step_s=0.2)
     assert (m.decode_step_s, m.decode_step_from, m.verify_cost) == (0.2, FROM_ONE_TOKEN_PASS, pytest.approx(1.0))
     # Prompt lookup found nothing at step 1: that one-token pass is a decode step.
     mixed = spec + [event(1, (), 0, PLAIN, 4, 0.45, draft_s=0.001, verify_s=0.15)]

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_checked, tokens, untimed
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.core.events import EOS_ACCEPTED, check_invariants
 from specdec.measure.passcost import PassCosts
 
@@ -27,7 +27,7 @@ def test_speculative_equals_plain(tiny_pair, plain, k, drafter):
 
 
 def test_adaptive_k_and_early_stop_keep_output(tiny_pair, plain):
-    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=2, adaptive_k=True, draft_confidence=0.5, max_new_tokens=48))
+    events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=2, k_policy="adaptive", draft_confidence=0.5, max_new_tokens=48))
     assert tokens(events) == plain
     assert len({e.k for e in events}) > 1  # K really moved
 
@@ -79,7 +79,7 @@ def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
     from specdec.measure.metrics import summarize
 
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, temperature=temperature, max_new_tokens=96))
-    assert 0.2 < summarize(events).acceptance_rate < 0.9
+    assert 0.2 < summarize(events).accepted_share < 0.9
 
 
 # The cost K policy, with hand-made cost tables (specdec.core.k_policy has the unit tests).
@@ -89,7 +89,7 @@ PROFITABLE = PassCosts(SIZES, (0.01,) * len(SIZES), 0.0001, 200, 3)  # a free ch
 
 
 def test_cost_policy_drafts_nothing_where_drafting_cannot_pay_and_probes(tiny_pair, plain):
-    events = list(generate(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48), costs=UNPROFITABLE))
+    events = list(OurSource(tiny_pair, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48)).run(PROMPT, costs=UNPROFITABLE))
     check_invariants(events)
     assert tokens(events) == plain
     paused = [e for e in events if e.paused]
@@ -101,7 +101,7 @@ def test_cost_policy_drafts_nothing_where_drafting_cannot_pay_and_probes(tiny_pa
 
 
 def test_cost_policy_drafts_where_drafting_pays(tiny_pair, plain):
-    events = list(generate(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48), costs=PROFITABLE))
+    events = list(OurSource(tiny_pair, GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48)).run(PROMPT, costs=PROFITABLE))
     check_invariants(events)
     assert tokens(events) == plain and not any(e.paused for e in events)
     assert all(e.k > 0 and e.predicted_tok_s > 100.0 for e in events if e.total_tokens < 48 - 6)
@@ -115,7 +115,7 @@ def test_cost_policy_recovers_through_its_probes(tiny_pair, plain, monkeypatch):
 
     monkeypatch.setattr(AcceptanceEstimate, "PRIOR", (0.0, 5.0))
     config = GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48)
-    events = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    events = list(OurSource(tiny_pair, config).run(PROMPT, costs=PROFITABLE))
     check_invariants(events)
     assert tokens(events) == plain
     assert all(e.paused for e in events[:8]) and events[8].k == 1 and not events[8].paused  # the first probe
@@ -129,11 +129,11 @@ def test_cost_policy_with_sampling_is_reproducible_whatever_the_clock_says(tiny_
     import time
 
     config = GenerationConfig(k=4, k_policy="cost", temperature=1.0, seed=3, max_new_tokens=48, drafter=drafter)
-    first = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    first = list(OurSource(tiny_pair, config).run(PROMPT, costs=PROFITABLE))
     ticks = itertools.count()
     # a clock whose steps take wildly different times: the decisions must not see it
     monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) ** 1.7 * 1e-3)
-    second = list(generate(tiny_pair, PROMPT, config, costs=PROFITABLE))
+    second = list(OurSource(tiny_pair, config).run(PROMPT, costs=PROFITABLE))
     assert untimed(first) == untimed(second)
 
 

@@ -3,8 +3,8 @@
 import pytest
 
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
-from specdec.measure.passcost import PassCosts, measure, one_token_pass_s
+from specdec.engines.ours import OurSource
+from specdec.measure.passcost import PassCosts, measure, time_decode_step
 
 
 def test_measure(tiny_pair):
@@ -25,7 +25,7 @@ def test_interpolation():
 
 
 def test_one_token_pass_after_a_run_leaves_the_cache_as_it_was(tiny_pair):
-    decoding = generate(tiny_pair, "def add(a, b):", GenerationConfig(max_new_tokens=6, k=2))
+    decoding = OurSource(tiny_pair, GenerationConfig(max_new_tokens=6, k=2)).run("def add(a, b):")
     list(decoding)
     length = decoding.target.length
-    assert one_token_pass_s(decoding) > 0 and decoding.target.length == length == len(decoding.seq) - 1
+    assert time_decode_step(decoding) > 0 and decoding.target.length == length == len(decoding.seq) - 1

@@ -99,5 +99,5 @@ def test_sampling_keeps_the_contract(pair):
     from specdec.measure.metrics import summarize
 
     events = run_checked(pair, PROMPTS[0], GenerationConfig(k=4, temperature=1.0, top_p=0.95, seed=3, max_new_tokens=64))
-    assert 0.1 < summarize(events).acceptance_rate < 0.95
+    assert 0.1 < summarize(events).accepted_share < 0.95
     assert all(0.0 <= p <= 1.0 for e in events for p in e.p_target + e.p_draft)

@@ -31,10 +31,10 @@ def record(tiny_pair) -> rec.RunRecord:
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random")
+        return build_page("tiny-random")
 
 
 def test_json_round_trip_gives_back_the_same_run(record):
@@ -51,20 +51,25 @@ def test_json_round_trip_gives_back_the_same_run(record):
     assert rec.to_json(back) == text
 
 
-def test_older_records_load_with_the_k_policy_in_place_of_pause_unprofitable(record):
+def test_older_records_load_with_the_k_policy_in_place_of_older_names(record):
     data = json.loads(rec.to_json(record))
     settings = {name: value for name, value in data["settings"].items() if name != "k_policy"}
-    for pause, policy in ((False, "fixed"), (True, "cost")):
-        data["settings"] = {**settings, "pause_unprofitable": pause}
-        assert rec.from_json(json.dumps(data)).config.policy == policy
+    for older, policy in (({"pause_unprofitable": False}, "fixed"), ({"pause_unprofitable": True}, "cost"),
+                          ({"adaptive_k": True}, "adaptive"), ({"adaptive_k": False}, "fixed"),
+                          ({"adaptive_k": True, "pause_unprofitable": True}, "adaptive")):
+        data["settings"] = {**settings, **older}
+        assert rec.from_json(json.dumps(data)).config.k_policy == policy
+    data["settings"] = {**settings, "adaptive_k": "yes"}
+    with pytest.raises(rec.RecordError, match="adaptive_k must be true or false"):
+        rec.from_json(json.dumps(data))
     shipped = rec.from_json((ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json").read_text(encoding="utf-8"))
-    assert shipped.config.policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
+    assert shipped.config.k_policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
 
 
 def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):
-    alone = replace(record, plain=[], one_token_pass_s=0.01)
+    alone = replace(record, plain=[], decode_step_s=0.01)
     back = rec.from_json(rec.to_json(alone))
-    assert back.one_token_pass_s == 0.01
+    assert back.decode_step_s == 0.01
     from specdec.measure.metrics import summarize_runs
 
     assert back.metrics()["speculative"] == summarize_runs(record.spec, None, 0.01).as_dict()  # what the page showed
@@ -82,7 +87,7 @@ def test_a_reloaded_run_draws_the_same_html_and_figures(record, page):
     for html in (page.spec_html, page.plain_html, page.stats):
         assert after[html] == before[html], html
     assert "identical to plain decoding" in after[page.stats]
-    for plot in page.plots:
+    for plot in page.plots():
         assert after[plot].to_plotly_json() == before[plot].to_plotly_json()
 
 
@@ -126,6 +131,14 @@ def _set(path, value):
     return edit
 
 
+def _renamed(name, older, value):
+    """The field under the name older files gave it."""
+    def edit(data):
+        del data[name]
+        data[older] = value
+    return edit
+
+
 def _drop(path):
     def edit(data):
         *head, last = path
@@ -157,7 +170,9 @@ BAD = [
     ("unknown setting", lambda r: _edited(r, _set(["settings", "turbo"], True)), "settings: unknown field 'turbo'"),
     ("plain that drafts", lambda r: _edited(r, _set(["runs", "plain"], json.loads(rec.to_json(r))["runs"]["speculative"])),
      "runs.plain: plain decoding drafts nothing"),
-    ("bad decode step", lambda r: _edited(r, _set(["one_token_pass_s"], -1)),
+    ("bad decode step", lambda r: _edited(r, _set(["decode_step_s"], -1)),
+     "decode_step_s: expected a positive number or null, got -1"),
+    ("bad decode step, older name", lambda r: _edited(r, _renamed("decode_step_s", "one_token_pass_s", -1)),
      "one_token_pass_s: expected a positive number or null, got -1"),
 ]
 

@@ -71,10 +71,10 @@ def test_the_clock_runs_at_its_speed_and_a_new_speed_does_not_jump():
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random")
+        return build_page("tiny-random")
 
 
 def finished_view():

@@ -12,14 +12,20 @@ from conftest import run_checked, tokens
 from runner_checks import assert_same_events, valid_slots
 from specdec.core.config import GenerationConfig
 from specdec.core.events import EOS_ACCEPTED
-from specdec.core.runners import static_draft
-from specdec.engines.assemble import generate, generate_detailed
+from specdec.core.proposers import model as model_proposer
+from specdec.engines.ours import OurSource
+from specdec.core.runners.eager_model import CachedModel
 from specdec.measure.passcost import PassCosts
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 # A check that costs more the more it checks and a cheap draft: the cost policy moves K every few steps.
 SLOPED = PassCosts(SIZES, tuple(0.01 * (1 + 0.3 * n) for n in SIZES), 0.003, 200, 3)
+
+
+def draft_model_of(run):
+    """The draft model a run's model proposer drafts with (the last of its proposers)."""
+    return run.proposers[-1].lm
 
 
 def both(pair, config, prompt=PROMPT, **kwargs):
@@ -34,7 +40,7 @@ def both(pair, config, prompt=PROMPT, **kwargs):
     GenerationConfig(k=5, max_new_tokens=40),
     GenerationConfig(k=4, drafter="lookup", max_new_tokens=40),
     GenerationConfig(k=4, drafter="auto", max_new_tokens=40),
-    GenerationConfig(k=2, adaptive_k=True, k_max=12, max_new_tokens=40),
+    GenerationConfig(k=2, k_policy="adaptive", k_max=12, max_new_tokens=40),
     GenerationConfig(k=6, draft_confidence=0.5, max_new_tokens=40),
 ], ids=["plain", "k1", "k5", "lookup", "auto", "adaptive", "early-stop"])
 def test_static_emits_the_eager_events(tiny_pair, config):
@@ -65,8 +71,9 @@ def test_static_emits_the_eager_events_under_the_cost_policy(tiny_pair, drafter)
 def test_the_early_stop_decided_on_the_device_gives_the_eager_events(tiny_pair, monkeypatch, config):
     """As on a GPU (FREE_READS empty): the draft makes all K passes, the drafts past the stop count
     as not drafted, and the events are still the eager runner's."""
-    monkeypatch.setattr(static_draft, "FREE_READS", ())
-    eager, static = both(tiny_pair, config, costs=SLOPED)
+    eager = run_checked(tiny_pair, PROMPT, replace(config, runner="eager"), costs=SLOPED)  # stops read on the host
+    monkeypatch.setattr(model_proposer, "FREE_READS", ())
+    static = run_checked(tiny_pair, PROMPT, replace(config, runner="static"), costs=SLOPED)
     assert_same_events(static, eager)
     assert any(len(e.drafted) < e.k for e in eager)  # the draft really stopped early
 
@@ -100,17 +107,18 @@ def test_static_cuts_a_step_at_max_new_tokens(tiny_pair, max_new_tokens):
 def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config, free_reads, monkeypatch):
     """After every step the valid slots of both static caches (the target: the sequence but its last
     token; the draft: what it has fed) equal the eager caches' at the same positions."""
-    monkeypatch.setattr(static_draft, "FREE_READS", free_reads)
-    eager = generate(tiny_pair, PROMPT, replace(config, runner="eager"))
-    static = generate(tiny_pair, PROMPT, replace(config, runner="static"))
+    monkeypatch.setattr(model_proposer, "FREE_READS", free_reads)
+    eager = OurSource(tiny_pair, replace(config, runner="eager")).run(PROMPT)
+    static = OurSource(tiny_pair, replace(config, runner="static")).run(PROMPT)
     steps = 0
     for e_event, s_event in zip(eager, static):
         assert e_event.emitted == s_event.emitted
         assert static.target.length == eager.target.length == len(static.seq) - 1
-        shared = min(eager.runner.draft.length, static.runner.draft.length)
-        assert static.runner.draft.length - eager.runner.draft.length in (0, 1)  # static may have fed one more
+        eager_draft, static_draft = draft_model_of(eager), draft_model_of(static)
+        assert static_draft.length == eager_draft.length  # the same proposer feeds both the same tokens
+        shared = eager_draft.length
         for got, want in [(valid_slots(static.target, static.target.length), valid_slots(eager.target, eager.target.length)),
-                          (valid_slots(static.runner.draft, shared), valid_slots(eager.runner.draft, shared))]:
+                          (valid_slots(static_draft, shared), valid_slots(eager_draft, shared))]:
             for g, w in zip(got, want, strict=True):
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
         steps += 1
@@ -118,19 +126,18 @@ def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config,
 
 
 def test_the_step_panel_runs_eager_whatever_the_setting(tiny_pair):
-    run = generate_detailed(tiny_pair, PROMPT, GenerationConfig(k=3, max_new_tokens=8, runner="static"))
+    run = OurSource(tiny_pair, GenerationConfig(k=3, max_new_tokens=8, runner="static")).run(PROMPT, detailed=True)
     events = list(run)
-    assert run.runner.looks_on and len(run.details) == len(events)
+    assert isinstance(run.target, CachedModel) and len(run.details) == len(events)
 
 
 def test_a_static_model_feeds_any_number_of_tokens_in_its_fixed_shapes(tiny_pair):
     """forward() (the cost table's passes, the draft's catch-up after prompt lookup's steps) cuts a
     feed into pieces of at most the largest shape, each padded: the logits are those of one pass."""
-    from specdec.core.cached_model import CachedModel
-    from specdec.core.runners.shapes import LARGEST
-    from specdec.core.runners.static_model import StaticModel
+    from specdec.core.runners.static_model import LARGEST, StaticModel
 
-    ids = torch.tensor(tiny_pair.tokenizer.encode(PROMPT * 3))[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
+    encoded = tiny_pair.tokenizer.encode(PROMPT * 3)
+    ids = torch.tensor(encoded, device=tiny_pair.device)[: LARGEST + 9]  # two pieces: 33 and 9 (padded to 12)
     eager, static = CachedModel(tiny_pair.target, tiny_pair.vocab_size), StaticModel(tiny_pair.target, tiny_pair.vocab_size)
     static.reserve(len(ids))
     eager.prefill(ids[:5])
@@ -155,3 +162,22 @@ def test_static_emits_the_eager_events_on_the_embedded_pair():
     eager, static = both(pair, GenerationConfig(k=4, max_new_tokens=12), prompt=prompt)
     assert_same_events(static, eager)
     assert sum(e.accepted for e in eager) > 0
+
+
+def test_a_model_spread_over_devices_runs_eager_with_one_line(tiny_pair, caplog):
+    """A static cache lives on one device and a CUDA graph cannot span several: such a model is lent eager."""
+    import copy
+    import logging
+
+    from specdec.core.runners import runner_model
+    from specdec.core.runners.eager_model import EagerModels
+    from specdec.core.runners.static_model import StaticModels
+
+    spread = copy.deepcopy(tiny_pair.draft)
+    spread.model.layers[0].to("meta")  # a second device, as device_map="auto" makes on several GPUs
+    with caplog.at_level(logging.WARNING, logger="specdec.runners"):
+        lender = runner_model("static", spread, tiny_pair.vocab_size)
+    assert isinstance(lender, EagerModels)
+    assert [r.getMessage() for r in caplog.records] == [
+        "specdec: the static runner runs eager for this model: its weights are spread over cpu, meta"]
+    assert isinstance(runner_model("static", tiny_pair.draft, tiny_pair.vocab_size), StaticModels)  # one device: as asked

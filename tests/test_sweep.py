@@ -13,12 +13,12 @@ PROMPT = "for i in range(10):"
 
 
 def test_points_come_from_real_runs(tiny_pair):
-    config = GenerationConfig(max_new_tokens=16, k=5, adaptive_k=True)
+    config = GenerationConfig(max_new_tokens=16, k=5, k_policy="adaptive")
     plain = run_checked(tiny_pair, PROMPT, replace(config, drafter="none"))
     points = list(sweep_k(tiny_pair, PROMPT, config, ks=(1, 3), plain_events=plain))
     assert [p.k for p in points] == [1, 3]
     for point in points:
-        again = run_checked(tiny_pair, PROMPT, replace(config, k=point.k, adaptive_k=False))
+        again = run_checked(tiny_pair, PROMPT, replace(config, k=point.k, k_policy="fixed"))
         assert untimed(point.events) == untimed(again)  # the point's own run, fixed K
         assert max(e.k for e in point.events) == point.k and all(e.k <= point.k for e in point.events)
         assert point.speedup == pytest.approx(summarize(point.events).tokens_per_s / summarize(plain).tokens_per_s)

@@ -45,7 +45,7 @@ def test_iso_speedup_grid():
 
 def test_prediction_gap_factors():
     m = SimpleNamespace(predicted_speedup=1.2, predicted_speedup_with_verify_cost=0.8, predicted_speedup_from_passes=1.6,
-                        tokens_per_step=4.0, expected_tokens_per_pass=2.0)
+                        tokens_per_pass=4.0, expected_tokens_per_pass=2.0)
     gap = prediction_gap(1.5, m)
     assert gap.verify_factor == pytest.approx(0.8 / 1.2) and gap.burst_factor == 2.0
     assert gap.unexplained == pytest.approx(1.5 / 1.6)

@@ -16,10 +16,10 @@ from specdec.kernels import device_offer
 
 @pytest.fixture(scope="module")
 def page():
-    from app.layout import build_layout
+    from app.page import build_page
 
     with gr.Blocks():
-        return build_layout("tiny-random", pairs=("tiny-random",))
+        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 def test_measure_pass_costs_gives_one_table_and_one_curve_per_kernel(page, monkeypatch, tmp_path):

@@ -49,7 +49,7 @@ def test_verdict_names_the_closest_prediction_and_the_gaps():
 
     gap = PredictionGap(measured=1.5, textbook=1.2, with_verify_cost=0.9, from_passes=1.48, verify_factor=0.75,
                         burst_factor=1.64, unexplained=1.5 / 1.48)
-    m = SimpleNamespace(verify_cost=1.9, tokens_per_step=4.6, expected_tokens_per_pass=2.8, alpha=0.7)
+    m = SimpleNamespace(verify_cost=1.9, tokens_per_pass=4.6, expected_tokens_per_pass=2.8, alpha=0.7)
     text = theory.verdict(gap, m)
     assert text.startswith("The accounting from passes explains the measured 1.50\u00d7 best (within 1%)")
     assert "1.90 decode steps" in text and "4.60 tokens" in text and "2.80" in text and "no hidden cost" in text

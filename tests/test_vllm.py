@@ -217,7 +217,7 @@ def test_bench_runs_vllm_one_server_at_a_time_against_its_own_plain(tiny_pair, m
                          k=3, max_new_tokens=6, repeats=2, warmup_tokens=2, log=lambda line: None)
     by = {(r["prompt"], r["mode"]): r for r in report["results"]}
     assert by["p", "vllm_spec"]["identical_to_plain"] is True and by["p", "vllm_plain"]["identical_to_plain"] is None
-    assert by["q", "vllm_spec"]["acceptance_rate"] == pytest.approx(3 / 6) and by["q", "vllm_spec"]["target_passes"] == 3
+    assert by["q", "vllm_spec"]["accepted_share"] == pytest.approx(3 / 6) and by["q", "vllm_spec"]["target_passes"] == 3
     assert by["q", "vllm_plain"]["target_passes"] == 6 and len(by["q", "vllm_spec"]["runs_s"]) == 2
     assert report["summary"]["speedup_vs_own_plain"]["vllm_spec"] > 0
     # Never two servers at once: each is stopped before the next starts.

@@ -264,15 +264,15 @@ def test_a_compiled_call_traces_the_op_by_its_shape_and_gives_its_bits():
 
 def test_the_compiled_runner_captures_w8a8_passes_and_keeps_the_text(tiny_pair, caplog):
     from conftest import run_checked, tokens
-    from specdec.engines.assemble import generate
+    from specdec.engines.ours import OurSource
 
     config = GenerationConfig(k=2, max_new_tokens=12, target_kernel="w8a8", draft_variant="w8a8")
     plain = run_checked(tiny_pair, "def add(a, b):", replace(config, drafter="none", runner="static"))
-    run = generate(tiny_pair, "def add(a, b):", replace(config, runner="compiled"))
+    run = OurSource(tiny_pair, replace(config, runner="compiled")).run("def add(a, b):")
     compiled = list(run)
     # The draft computes in bf16 (as every quantized draft does); on tiny-random's flat distributions
     # its guesses move with the rounding of its glue, which compiling changes, so the steps may differ
     # from a static run's. The text may not: it is the w8a8 target's (fp32 glue here).
     assert tokens(compiled) == tokens(plain)
     assert "could not capture" not in caplog.text
-    assert run.runner.target.captured and run.runner.draft.captured
+    assert run.runner.target.captured and run.proposers[-1].lm.captured  # the target's passes and the draft model's

@@ -28,6 +28,7 @@ def fresh_budget(monkeypatch):
     """Each test starts from the estimates: a finished run elsewhere would have replaced them."""
     monkeypatch.setattr(gpu_budget, "_costs", {})
     monkeypatch.setattr(gpu_budget, "_captures", {})
+    monkeypatch.setattr(gpu_budget, "_fresh_measured", set())
 
 
 @pytest.fixture
@@ -70,7 +71,9 @@ def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
     events = list(gpu_call.stream_events("tiny-random", "def f(x):", config, True))
     assert asked == [math.ceil(gpu_budget.call_seconds(config, True, gpu_budget.PassCosts()))]
     assert {which for which, _ in events} == {"spec", "plain", "capture"}
-    assert events[-1] == ("capture", 0.0)  # the eager runner captures nothing
+    assert events[-1] == ("capture", gpu_budget.CaptureReport(0.0, fresh=True))  # the eager runner captures nothing
+    again = list(gpu_call.stream_events("tiny-random", "def f(x):", config, False))
+    assert again[-1] == ("capture", gpu_budget.CaptureReport(0.0, fresh=False))  # the process's second call: a reused worker
     # What crosses to and from a ZeroGPU worker is pickled.
     assert pickle.loads(pickle.dumps(("tiny-random", "def f(x):", config, True)))[2] == config
     assert pickle.loads(pickle.dumps(events)) == events
@@ -81,12 +84,12 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
     (whose token decides the quota) from Gradio's context variable there, so the context goes too."""
     from gradio.context import LocalContext
 
-    from app.layout import build_layout
+    from app.page import build_page
     from app.live import live_run
 
     _, asked, requests = fake_spaces
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     visitor = types.SimpleNamespace(headers={"x-ip-token": "visitor-1"})
 
     def as_visitor():
@@ -98,20 +101,26 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
     assert requests == [visitor] and len(asked) == 1
 
 
-def test_the_capture_a_call_measured_is_counted_in_the_next_calls_duration(tiny_store, fake_spaces):
-    """The runner's capture seconds come back from the GPU call as the last item and replace the
-    estimate for that key: here the static runner, which captures nothing (its estimate is not 0)."""
-    from app.layout import build_layout
+def test_the_capture_a_fresh_worker_measured_is_counted_in_the_next_calls_duration(tiny_store, fake_spaces, monkeypatch):
+    """The runner's capture seconds come back from the GPU call as the last item. From a reused
+    worker (not its process's first call) a 0 leaves the estimate alone: the next call may get a
+    fresh worker. From a fresh worker it replaces the estimate: here the static runner, which
+    captures nothing (its estimate is not 0)."""
+    from app.page import build_page
     from app.live import live_run
 
-    _, asked, _ = fake_spaces
+    gpu_call, asked, _ = fake_spaces
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     config = GenerationConfig(max_new_tokens=16, k=5, runner="static")
     key = gpu_budget.cost_key("tiny-random", config)
     assert gpu_budget.costs_for(key).capture_s == gpu_budget.CAPTURE_ESTIMATES["static"] > 0
+    monkeypatch.setattr(gpu_call, "_calls_here", 3)  # a worker that has served calls before
     list(live_run(page, page_values(page, max_new=16, runner="static"), progress=lambda *a, **k: None))
-    assert gpu_budget.costs_for(key).capture_s == 0.0 and len(asked) == 1
+    assert gpu_budget.costs_for(key).capture_s == gpu_budget.CAPTURE_ESTIMATES["static"]
+    monkeypatch.setattr(gpu_call, "_calls_here", 0)  # a fresh worker
+    list(live_run(page, page_values(page, max_new=16, runner="static"), progress=lambda *a, **k: None))
+    assert gpu_budget.costs_for(key).capture_s == 0.0 and len(asked) == 2
 
 
 def page_values(page, **changes):
@@ -125,13 +134,13 @@ def page_values(page, **changes):
 
 
 def test_zerogpu_refuses_a_run_that_could_outlast_the_call(tiny_store, monkeypatch):
-    from app.layout import build_layout
+    from app.page import build_page
     from app.live import live_run
     from app.ui import max_new_tokens_cap
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     with gr.Blocks():
-        page = build_layout("tiny-random", pairs=("tiny-random",))
+        page = build_page("tiny-random", pairs=("tiny-random",))
     frames = list(live_run(page, page_values(page), progress=lambda *a, **k: None))
     status = frames[-1][page.status]
     assert status.startswith("Not started: max_new_tokens=1024 could need up to") and "at most 183 new tokens fit" in status

@@ -67,13 +67,13 @@ APP_PROCESS = textwrap.dedent("""
     def visitor():  # what a request does in the app's process before the GPU call, on a Gradio worker thread
         import gradio as gr
         from app import gpu_call
-        from app.layout import build_layout
-        from app.live import read_live_settings
+        from app.page import build_page
+        from app.settings import read_live_settings
         from app.page import StopFlag
         from specdec.core.config import GenerationConfig
 
         with gr.Blocks():
-            page = build_layout(store.default, pairs=store.offer.names)
+            page = build_page(store.default, pairs=store.offer.names)
         values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5,
                   page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 16,
                   page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16-v16k",
@@ -144,9 +144,14 @@ WORKER = textwrap.dedent("""
     store.get("tiny-random")  # loaded on the torch thread, as the app does
     runs = [(GenerationConfig(max_new_tokens=12, k=3), True), (GenerationConfig(max_new_tokens=12, drafter="auto"), False)]
 
+    def plain_item(lane, item):  # as JSON: a step's emitted ids, the decode step's seconds, the capture's seconds
+        if lane == "capture":
+            return item.seconds
+        return item if lane == "decode_step" else list(item.emitted)
+
     def body(config, compare):  # the GPU function's own body (no `spaces` here: the decorator is a no-op)
-        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted))
-                for lane, item in gpu_call.stream_events("tiny-random", "def f(x):", config, compare)]
+        lanes = gpu_call.stream_events("tiny-random", "def f(x):", config, compare)
+        return [(lane, plain_item(lane, item)) for lane, item in lanes]
 
     def through_the_torch_thread(config, compare):  # as live_run iterates it in the app's process
         stream = torch_thread.Stream(gpu_call.stream_events("tiny-random", "def f(x):", config, compare), threading.Event())
@@ -154,7 +159,7 @@ WORKER = textwrap.dedent("""
         items = []
         while not items or items[-1][0] not in ("done", "error"):
             items += stream.take(timeout=5)
-        return [(lane, item if lane in ("decode_step", "capture") else list(item.emitted)) for lane, item in items[:-1]]
+        return [(lane, plain_item(lane, item)) for lane, item in items[:-1]]
 
     parent = [through_the_torch_thread(*run) for run in runs]
     ctx = multiprocessing.get_context("fork")

@@ -15,8 +15,7 @@ from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.engines.ours import OurSource
 from specdec.measure.compare import departure, first_difference, tie_bound
 from specdec.measure.faithfulness import faithfulness
-
-REFERENCE_KERNEL = "bf16"  # the dense target as converted from the GGUF: what every kernel is judged against
+from specdec.kernels.faithfulness_record import REFERENCE_KERNEL
 
 
 def reference_first(kernels: list[str]) -> list[str]:

@@ -103,4 +103,4 @@ def run_hf(pair: ModelPair, prompt_ids: list[int], mode: str, k: int, max_new_to
     # Each target pass emits its matched candidates + 1 token, so tokens - passes were accepted
     # drafts; each assistant forward drafts one token. Prompt lookup's drafts are not countable.
     acceptance = (len(new) - target_calls.calls) / draft_calls.calls if draft_calls and draft_calls.calls else None
-    return {"ids": new, "seconds": seconds, "acceptance_rate": acceptance, "target_passes": target_calls.calls, "mean_k": None}
+    return {"ids": new, "seconds": seconds, "accepted_share": acceptance, "target_passes": target_calls.calls, "mean_k": None}

@@ -90,7 +90,7 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         "speedup_vs_own_plain": {m: ratio(m, own) for m, own in OWN_PLAIN.items() if m in modes},
         "cost_ratio_c": cost_ratios(events, modes, prompts),
         "draft_memory_gb": draft_gb,
-        "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].acceptance_rate is not None},
+        "acceptance": {m: geo_acceptance(by, m, prompts) for m in modes if by[prompts[0], m].accepted_share is not None},
     }
     pairs = {p: (events[p, spec_mode], events[p, "plain"]) for p in prompts if (p, spec_mode) in events}
     summary["leviathan"] = leviathan(pairs) if pairs else None
@@ -136,7 +136,7 @@ def cost_ratios(events: dict, modes, prompts) -> dict:
 
 
 def geo_acceptance(by: dict, mode: str, prompts) -> float | None:
-    values = [by[p, mode].acceptance_rate for p in prompts if by[p, mode].acceptance_rate is not None]
+    values = [by[p, mode].accepted_share for p in prompts if by[p, mode].accepted_share is not None]
     return statistics.fmean(values) if values else None
 
 
@@ -161,8 +161,8 @@ def leviathan(pairs: dict) -> dict:
         }
         measured = measured_speedup(m, p)  # prefill excluded on both sides
         rows[pid] = {
-            "alpha": m.alpha, "acceptance_rate": m.accepted_share, "mean_k": m.mean_k, "c": m.cost_ratio_c,
-            "tokens_per_pass": m.tokens_per_step, "expected_tokens_per_pass": m.expected_tokens_per_pass,
+            "alpha": m.alpha, "accepted_share": m.accepted_share, "mean_k": m.mean_k, "c": m.cost_ratio_c,
+            "tokens_per_pass": m.tokens_per_pass, "expected_tokens_per_pass": m.expected_tokens_per_pass,
             "verify_over_decode": m.verify_cost,  # cost of a K+1-token pass in decode steps
             "draft_pass_ms": 1000 * m.draft_pass_s, "decode_pass_ms": 1000 * m.decode_step_s, "verify_pass_ms": 1000 * m.verify_pass_s,
             "measured": measured,
@@ -193,7 +193,7 @@ def table(report: dict) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         same = "" if r["identical_to_plain"] is None else ("yes" if r["identical_to_plain"] else "NO")
-        acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.0%}"
+        acc = "" if r["accepted_share"] is None else f"{r['accepted_share']:.0%}"
         line = (f"{r['prompt'][:20]:<20} {label[id(r)]:<{width}} {r['tokens']:>6} {r['seconds']:>8.2f} {r['tok_s']:>7.2f} "
                 f"{r['tok_s'] / reference(r):>6.2f}x {same:>5} {acc:>6}")
         d = r.get("first_difference")

@@ -28,11 +28,11 @@ from specdec.bench.report import exactness, geomean, lanes_summary, summarize_re
 from specdec.models.machine import machine_info
 from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
+from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
 from specdec.core.variant_names import parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
 from specdec.kernels.variants import default_variant, draft_model, parse_variant, resident_gb, target_model
-from specdec.measure.cost_table import costs_for
 from specdec.measure.metrics import summarize
 from specdec.models.pair import ModelPair
 
@@ -47,7 +47,7 @@ class Result:
     seconds: float  # median wall time of the generate call over the rounds
     tok_s: float
     identical_to_plain: bool | None  # token ids equal our plain run's (None for plain itself)
-    acceptance_rate: float | None  # accepted / drafted draft tokens; None where it cannot be counted
+    accepted_share: float | None  # accepted / drafted draft tokens; None where it cannot be counted
     target_passes: int | None  # target forward passes after the prompt (HF: its first pass also reads the prompt)
     mean_k: float | None  # mean draft length over drafting steps (ours only)
     runs_s: list[float]  # every round's seconds, for the record
@@ -67,11 +67,7 @@ class Result:
 
 def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -> dict:
     config.validate()
-    kernel_target(pair, config.target_kernel)  # built or loaded once, before the clock starts
-    if config.drafter in ("model", "auto"):
-        draft_model(pair, config.draft_variant)  # built or loaded once, before the clock starts
-    if config.policy == "cost" and config.drafter != "none":
-        costs_for(pair, config, progress=True)  # cached, or measured once, before the clock starts
+    prepare(pair, config, progress=True)  # kernel, variant and cost table built or loaded once, before the clock starts
     start = time.perf_counter()
     events = list(OurSource(pair, config).iter_events(prompt_ids, config.max_new_tokens))  # prefill happens inside
     seconds = time.perf_counter() - start
@@ -79,7 +75,7 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     return {
         "ids": [t for e in events for t in e.emitted],
         "seconds": seconds,
-        "acceptance_rate": m.acceptance_rate if m.drafted else None,
+        "accepted_share": m.accepted_share if m.drafted else None,
         "target_passes": m.target_passes,
         "mean_k": m.mean_k if m.drafted else None,
         "events": events,
@@ -272,7 +268,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
     result = Result(
         prompt=pid, mode=mode, tokens=len(first["ids"]), seconds=median_s, tok_s=len(first["ids"]) / median_s,
         identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == reference["ids"] for out in runs[mode]),
-        acceptance_rate=first["acceptance_rate"], target_passes=first["target_passes"], mean_k=first["mean_k"],
+        accepted_share=first["accepted_share"], target_passes=first["target_passes"], mean_k=first["mean_k"],
         runs_s=seconds, draft_variant=variant,
         target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
         runner=runner if split_mode(mode)[0] in OUR_MODES else None,

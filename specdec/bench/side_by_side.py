@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 
 from specdec.measure.compare import Difference, agreement, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
 from specdec.models.pair import ModelPair
-from specdec.measure.passcost import one_token_pass_s
+from specdec.measure.passcost import time_decode_step
 
 
 @dataclass
@@ -28,7 +28,7 @@ class RunResult:
 
     @property
     def draft_variant(self) -> str | None:
-        return self.config.draft_variant if self.config.drafter in ("model", "auto") else None
+        return self.config.draft_variant if self.config.uses_draft_model else None
 
     @property
     def draft_memory_gb(self) -> float | None:
@@ -63,8 +63,7 @@ class RunResult:
             "metrics": {
                 "alpha": m.alpha,  # per-token acceptance: accepted / (accepted + steps that rejected a draft)
                 "accepted_share": m.accepted_share,  # accepted / drafted
-                "acceptance_rate": m.acceptance_rate,  # old name of accepted_share
-                "tokens_per_step": m.tokens_per_step,
+                "tokens_per_pass": m.tokens_per_pass,
                 "expected_tokens_per_pass": m.expected_tokens_per_pass,
                 "target_passes": m.target_passes,
                 "tokens_per_s": m.tokens_per_s,
@@ -104,7 +103,7 @@ class RunResult:
         parts = [
             f"draft {self.draft_variant}" if self.draft_variant else f"drafter {self.config.drafter}",
             f"{self.config.runner} runner",
-            f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_step:.2f}/pass)",
+            f"{m.tokens} tokens in {m.target_passes} target passes ({m.tokens_per_pass:.2f}/pass)",
             f"per-token acceptance alpha {m.alpha:.2f} ({m.accepted_share:.0%} of drafts accepted)",
             f"{m.tokens_per_s:.1f} tok/s",
         ]
@@ -134,17 +133,17 @@ def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=No
     an int4-quantized target too (which needs the exact plain run to say where it departs). Costs
     are in plain decode steps: the plain run's, else a one-token target pass timed on the finished
     run's cache."""
-    decoding = generate(pair, prompt, config, chat=chat)
+    decoding = OurSource(pair, config).run(prompt, chat=chat)
     spec_events = list(decoding)
     result = RunResult(pair, config, spec_events, summarize(spec_events))
     if with_plain or with_plain_int4:
-        plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat))
+        plain_events = list(OurSource(pair, config).plain().run(prompt, chat=chat))
         result.plain_events = plain_events
         result.plain = summarize(plain_events)
         result.difference = first_difference(spec_events, plain_events, pair.dtype_name, config.target_kernel, pair.device.type)
         result.spec = summarize_runs(spec_events, plain_events)
     else:
-        result.spec = summarize_runs(spec_events, one_token_pass_s=one_token_pass_s(decoding))
+        result.spec = summarize_runs(spec_events, decode_step_s=time_decode_step(decoding))
     if with_plain_int4:
         lossy_events = list(plain_int4_run(pair, prompt, config, chat=chat))
         result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)
@@ -158,7 +157,7 @@ def plain_int4_run(pair: ModelPair, prompt: str, config: GenerationConfig, chat=
     from specdec.kernels.variants import target_model
 
     lossy_pair = replace(pair, target=target_model(pair, "int4"))  # runs as loaded: target_kernel bf16
-    return generate(lossy_pair, prompt, replace(config, drafter="none", target_kernel="bf16"), chat=chat, stop=stop)
+    return OurSource(lossy_pair, replace(config, drafter="none", target_kernel="bf16"), stop=stop).run(prompt, chat=chat)
 
 
 def tokens_of(events: list) -> list[int]:

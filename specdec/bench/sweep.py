@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from specdec.core.config import GenerationConfig
-from specdec.engines.assemble import generate
+from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics, measured_speedup, summarize, summarize_runs
 
 SWEEP_KS = (1, 2, 3, 4, 6, 8)
@@ -25,12 +25,12 @@ def sweep_k(pair, prompt: str, config: GenerationConfig, ks=SWEEP_KS, *, plain_e
     """Yield one point per K (fixed K: the adaptive and cost policies off), in the order of ks. `plain_events`: a plain
     run with the same settings, run here when not given. A set `stop` ends the sweep between steps."""
     if plain_events is None:
-        plain_events = list(generate(pair, prompt, replace(config, drafter="none"), chat=chat, stop=stop))
+        plain_events = list(OurSource(pair, replace(config, drafter="none"), stop=stop).run(prompt, chat=chat))
     plain = summarize(plain_events)
     for k in ks:
         if stop is not None and stop.is_set():
             return
-        events = list(generate(pair, prompt, replace(config, k=k, adaptive_k=False, k_policy="fixed"), chat=chat, stop=stop))
+        events = list(OurSource(pair, replace(config, k=k, k_policy="fixed"), stop=stop).run(prompt, chat=chat))
         if not events or (stop is not None and stop.is_set()):
             return
         metrics = summarize_runs(events, plain_events)

@@ -150,5 +150,16 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exact", action="store_true", help="target in fp32 for every mode (verification without bf16 rounding); draft keeps --draft-dtype")
     p.add_argument("--schedule", choices=["constant", "heuristic"], default="constant", help="K schedule of spec and hf_assisted")
     add_k_policy_arg(p)  # for `spec`, instead of --schedule; hf_assisted keeps --schedule
-    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
-                   help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4)")
+    p.add_argument("--modes", default=None,
+                   help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4) "
+                        f"(default: {','.join(DEFAULT_MODES)})")
+    p.add_argument("--predictions", action="store_true",
+                   help="instead of the modes: per prompt, spec's measured speedup over plain decoding (prompt processing excluded) "
+                        "beside the three predictions of specdec.measure.metrics; one draft variant, kernel and runner; "
+                        "exit status 1 if the accounting misses the measurement by more than 10%% on a prompt")
+    add_lock_arg(p)
+
+
+def add_lock_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-lock", action="store_true",
+                   help="do not wait for another measurement on this machine (the lock file under the cache): for runs whose timings do not matter")

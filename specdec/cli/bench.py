@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 
-from specdec.bench import runner
+from specdec.bench import predictions, runner
 from specdec.bench.modes import DEFAULT_MODES
 from specdec.bench.report import table
 from specdec.bench.runner import bench, load_prompts
-from specdec.cli.args import add_bench_command_args, kernel_names, load, runner_names, variant_names
-from specdec.core.config import MAX_K
+from specdec.cli.args import add_bench_command_args, k_policy_of, kernel_names, load, runner_names, variant_names
+from specdec.core.config import MAX_K, GenerationConfig
+from specdec.measure.lock import one_measurement
+from specdec.models import machine
 from specdec.models.bundle_chunks import BundleError
 from specdec.models.pair import DTYPES
 
@@ -24,20 +27,46 @@ def run_bench(args) -> int:
         raise ValueError(f"k must be an integer in 1..{MAX_K}, got {args.k}")
     if args.repeats < 1 or args.max_new_tokens < 1:
         raise ValueError("repeats and max_new_tokens must be >= 1")
+    if getattr(args, "predictions", False) and getattr(args, "modes", None):
+        raise ValueError("--predictions runs spec against plain decoding: leave out --modes")
     prompts = load_prompts(args.prompts)
     kernel_names(args), runner_names(args)  # bad names fail before the models load
-    pair = load(args)
-    set_draft_dtype(pair, getattr(args, "draft_dtype", None))
-    modes = [m.strip() for m in getattr(args, "modes", ",".join(DEFAULT_MODES)).split(",") if m.strip()]
-    kernels = kernel_names(args)
-    report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernels, runners=runner_names(args, pair), k=args.k,
-                   max_new_tokens=args.max_new_tokens, repeats=args.repeats, schedule=getattr(args, "schedule", "constant"),
-                   k_policy=getattr(args, "k_policy", None))
-    if args.json:
-        print(json.dumps(report, ensure_ascii=False))
-    else:
-        print(table(report))
+    with nullcontext() if getattr(args, "no_lock", False) else one_measurement("python -m specdec bench"):
+        pair = load(args)
+        set_draft_dtype(pair, getattr(args, "draft_dtype", None))
+        if getattr(args, "predictions", False):
+            return run_predictions(args, pair, prompts)
+        modes = [m.strip() for m in (getattr(args, "modes", None) or ",".join(DEFAULT_MODES)).split(",") if m.strip()]
+        report = bench(pair, prompts, modes=modes, variants=variant_names(args, pair), kernels=kernel_names(args),
+                       runners=runner_names(args, pair), k=args.k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                       schedule=getattr(args, "schedule", "constant"), k_policy=getattr(args, "k_policy", None))
+    print(json.dumps(report, ensure_ascii=False) if args.json else table(report))
     return 0
+
+
+def run_predictions(args, pair, prompts: list[dict]) -> int:
+    """`bench --predictions`: the table (or JSON) of specdec.bench.predictions; 1 if the accounting
+    misses the measurement on a prompt."""
+    variant = only(variant_names(args, pair), "--draft-variant")
+    kernel = only(kernel_names(args), "--target-kernel")
+    runner = only(runner_names(args, pair), "--runner")
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, drafter="model", draft_variant=variant,
+                              target_kernel=kernel, runner=runner, k_policy=k_policy_of(args)).validate()
+    rows = predictions.predict(pair, prompts, config)
+    if args.json:
+        print(json.dumps(predictions.as_json(rows), ensure_ascii=False))
+    else:
+        print(f"pair {pair.name}, {pair.device} {pair.dtype_name}, draft variant {variant}, target kernel {kernel}, {runner} runner, "
+              f"K = {args.k} ({config.k_policy}), {args.max_new_tokens} new tokens, greedy; "
+              f"CPU {machine.cpu_model()} ({' '.join(machine.reported_flags()) or 'no avx2'}), {machine.cores()} cores\n")
+        print(predictions.table(rows))
+    return 0 if predictions.within_tolerance(rows) else 1
+
+
+def only(names: list[str], option: str) -> str:
+    if len(names) != 1:
+        raise ValueError(f"--predictions compares one configuration: {option} takes one name here")
+    return names[0]
 
 
 def set_draft_dtype(pair, name: str | None) -> None:

@@ -1,11 +1,11 @@
 """Which draft tokens the target keeps, and the one token it adds. Pure functions on tensors.
 
-Every rule returns device tensors (n_accepted, next_token) so the caller can fetch them, together
-with anything else it wants, in a single host read. None of them reads the device itself: indexing
-with a 0-d device tensor would (it becomes an `.item()`), so positions are picked with gather and
-index_select. `speculative_sample` draws its token with torch.multinomial, which checks its input on
-the host; `speculative_sample_race` draws with an exponential race instead and reads nothing (the
-static runner's rule, specdec.core.runners).
+Both rules return device tensors (n_accepted, next_token) so the caller can fetch them, together
+with anything else it wants, in a single host read. Neither reads the device itself: indexing with
+a 0-d device tensor would (it becomes an `.item()`), so positions are picked with gather and
+index_select, and tokens are drawn with an exponential race instead of torch.multinomial (which
+checks its input on the host; for one sample torch draws by the same race, so a seeded run draws
+the same tokens either way).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def greedy_accept(draft_ids: torch.Tensor, target_logits: torch.Tensor,
 
     draft_ids: (K,), target_logits: (K+1, V) where row i scores the token after draft i-1.
     n_drafted: a 0-d device tensor when only the first n of the K drafts count (the draft stopped
-    early on the device: specdec.core.runners.static_draft); None: all K.
+    early on the device: specdec.core.proposers.model); None: all K.
     Returns n_accepted (scalar, 0..K) and next_token: the target's argmax right after the kept
     prefix (a correction if n < K, a bonus token if n == K).
     """
@@ -37,6 +37,7 @@ def speculative_sample(
     p: torch.Tensor,
     q: torch.Tensor | None,
     generator: torch.Generator | None,
+    n_drafted: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection sampling (Leviathan et al. 2023, Alg. 1; Chen et al. 2023).
 
@@ -45,21 +46,28 @@ def speculative_sample(
     Draft i is kept with probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection the
     token is drawn from normalise(max(0, p - q)); if all K are kept, from p_K (the bonus token).
     The output is distributed exactly as sampling from p alone.
+    n_drafted: as in greedy_accept (drafts past it count as not drafted: the token after the last
+    counted draft is drawn from p itself, the bonus distribution).
+    Draws, in this order from `generator`: K uniforms u, then one race over the vocabulary.
     """
     k, vocab = draft_ids.shape[0], p.shape[-1]
-    rows = torch.arange(k, device=p.device)
     if q is None:
         q = one_hot(draft_ids, vocab, p)
-    p_drafted = p[rows, draft_ids]  # (K,)
-    q_drafted = q[rows, draft_ids]  # (K,)
-    u = torch.rand(k, generator=generator, device=p.device)
-    kept = (u * q_drafted < p_drafted).int()  # u < p/q without dividing by a zero q
-    n_accepted = kept.cumprod(dim=0).sum()
+    p_drafted = p[:k].gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
+    q_drafted = q.gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
+    u = torch.rand(k, generator=generator, device=p.device)  # (K,)
+    kept = u * q_drafted < p_drafted  # u < p/q without dividing by a zero q
+    if n_drafted is not None:
+        counted = torch.arange(k, device=p.device) < n_drafted  # (K,)
+        kept &= counted
+        q = q * counted[:, None]  # past the last counted draft nothing was drafted: q = 0 there
+    n_accepted = kept.int().cumprod(dim=0).sum()
     # Row K of q_padded is zero, so the same expression gives the residual after a rejection and
-    # the plain target distribution for the bonus token: no branch and no host sync.
+    # the plain target distribution for the bonus token: no branch and no host read.
     q_padded = torch.cat([q, q.new_zeros(1, vocab)])  # (K+1, V)
-    next_token = torch.multinomial(residual(p[n_accepted], q_padded[n_accepted]), 1, generator=generator).squeeze(0)
-    return n_accepted, next_token
+    at = n_accepted.view(1)
+    left = residual(p.index_select(0, at)[0], q_padded.index_select(0, at)[0])  # (V,)
+    return n_accepted, race_sample(left[None], generator).squeeze(0)
 
 
 def one_hot(draft_ids: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Tensor:
@@ -84,33 +92,3 @@ def race_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch
     clocks = torch.empty_like(probs, dtype=torch.float32).exponential_(generator=generator)  # (N, V)
     score = torch.where(probs > 0, probs.float() / clocks.clamp_min(1e-30), -1.0)
     return score.argmax(dim=-1)
-
-
-def speculative_sample_race(
-    draft_ids: torch.Tensor,
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    generator: torch.Generator | None,
-    n_drafted: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rule of speculative_sample (same arguments, same distribution of the output), with
-    nothing read on the host: the kept prefix by compare and cumulative product, the row at it by
-    index_select, the residual max(0, p - q) by torch.where (inside `residual`), and the token by
-    race_sample. n_drafted: as in greedy_accept (drafts past it count as not drafted: the token
-    after the last counted draft is drawn from p itself, the bonus distribution)."""
-    k, vocab = draft_ids.shape[0], p.shape[-1]
-    if q is None:
-        q = one_hot(draft_ids, vocab, p)
-    p_drafted = p[:k].gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
-    q_drafted = q.gather(1, draft_ids[:, None]).squeeze(1)  # (K,)
-    u = torch.rand(k, generator=generator, device=p.device)
-    kept = u * q_drafted < p_drafted  # u < p/q without dividing by a zero q
-    if n_drafted is not None:
-        counted = torch.arange(k, device=p.device) < n_drafted  # (K,)
-        kept &= counted
-        q = q * counted[:, None]  # past the last counted draft nothing was drafted: q = 0 there
-    n_accepted = kept.int().cumprod(dim=0).sum()
-    q_padded = torch.cat([q, q.new_zeros(1, vocab)])  # (K+1, V): row K zero, the bonus row
-    at = n_accepted.view(1)
-    left = residual(p.index_select(0, at)[0], q_padded.index_select(0, at)[0])  # (V,)
-    return n_accepted, race_sample(left[None], generator).squeeze(0)

@@ -9,9 +9,9 @@ from specdec.core.variant_names import parse_kernel, variant_parts
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
-DRAFTERS = ("model", "lookup", "auto", "none")
+DRAFTERS = ("model", "lookup", "auto", "none")  # who drafts: specdec/core/proposers/
 K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/core/k_policy.py
-RUNNERS = ("eager", "static", "compiled")  # how both models' passes run (specdec/core/runners.py)
+RUNNERS = ("eager", "static", "compiled")  # how both models' passes run (specdec/core/runners/)
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,6 @@ class GenerationConfig:
     max_new_tokens: int = 64  # stop after this many new tokens
     k: int = 5  # draft length (the starting length when adaptive)
     k_policy: str = "fixed"  # how K is chosen each step: fixed | adaptive | cost (K may be 0; specdec/core/k_policy.py)
-    adaptive_k: bool = False  # the older way to ask for k_policy "adaptive" (records, the page and the API send it)
     k_max: int = 16  # upper bound for adaptive K and for the cost policy's K
     draft_confidence: float = 0.0  # stop drafting once the draft's top probability falls below this; 0 = off
     temperature: float = 0.0  # 0 = greedy; otherwise rejection sampling at this temperature
@@ -29,7 +28,7 @@ class GenerationConfig:
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
-    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k (specdec/core/variant_names.py)
+    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k | w8a8 (specdec/core/variant_names.py)
     runner: str = "eager"  # eager: transformers as is, growing cache | static: preallocated cache, fixed shapes | compiled: static, captured
 
     @property
@@ -37,9 +36,24 @@ class GenerationConfig:
         return self.temperature == 0.0
 
     @property
-    def policy(self) -> str:
-        """The K policy in effect: k_policy, or "adaptive" when asked for by its older name."""
-        return "adaptive" if self.adaptive_k else self.k_policy
+    def drafts(self) -> bool:
+        """Something drafts (else this is plain decoding: one token per target pass)."""
+        return self.drafter != "none"
+
+    @property
+    def uses_draft_model(self) -> bool:
+        """The draft model drafts some steps (it is built, loaded and run)."""
+        return self.drafter in ("model", "auto")
+
+    @property
+    def uses_lookup(self) -> bool:
+        """Prompt lookup drafts some steps (all of them with "lookup"; where it matches with "auto")."""
+        return self.drafter in ("lookup", "auto")
+
+    @property
+    def needs_cost_table(self) -> bool:
+        """The cost K policy runs, and reads a cost table measured before the run."""
+        return self.k_policy == "cost" and self.drafts
 
     def validate(self) -> "GenerationConfig":
         """Raise ValueError naming the first field outside its allowed range; return self."""
@@ -57,10 +71,6 @@ class GenerationConfig:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence!r}")
         if self.k_policy not in K_POLICIES:
             raise ValueError(f"k_policy must be one of {', '.join(K_POLICIES)}, got {self.k_policy!r}")
-        if not isinstance(self.adaptive_k, bool):
-            raise ValueError(f"adaptive_k must be true or false, got {self.adaptive_k!r}")
-        if self.adaptive_k and self.k_policy == "cost":
-            raise ValueError("adaptive_k (k_policy 'adaptive') and k_policy 'cost' exclude each other: choose one k_policy")
         parse_runner(self.runner)
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")

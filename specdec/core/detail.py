@@ -1,13 +1,12 @@
 """What one speculative step decided and why: the step panel's data.
 
-A normal run records none of this. `DetailedDecoding` is the same loop (it only overrides the
-engine's `verify` hook to look on), and it records, per step: the top tokens of the target's
-distribution p and the draft's q at every scored position, the target's top-2 logit margin there,
-the uniform draws u of the sampling rule, and at the position where the target added its own
-token, p, q and the residual normalise(max(0, p - q)) over the tokens that matter. It changes
-nothing about the step: the draws u are replayed on a copy of the generator's state, so the run
-yields exactly the events of an unrecorded run with the same seed.
-(specdec.engines.assemble.generate_detailed starts such a run.)
+A normal run records none of this. A run built detailed (specdec.core.runners.recording's
+RecordingRunner) records, per step: the top tokens of the target's distribution p and the draft's
+q at every scored position, the target's top-2 logit margin there, the uniform draws u of the
+sampling rule, and at the position where the target added its own token, p, q and the residual
+normalise(max(0, p - q)) over the tokens that matter. It changes nothing about the step: the
+draws u are replayed on a copy of the generator's state, so the run yields exactly the events of
+an unrecorded run with the same seed.
 
 `explain(event, detail)` turns an event (and its detail, when recorded) into verdicts per drafted
 token; without a detail it explains what the event alone says.
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.acceptance import one_hot, residual
-from specdec.core.decoding import Decoding
 from specdec.core.events import EOS_ACCEPTED, OUR_ENGINE, StepEvent
 
 TOP_N = 8  # tokens kept per distribution: enough to see where the mass is
@@ -69,42 +67,6 @@ class StepDetail:
     drawn: int  # the token the target added (correction or bonus)
 
 
-class DetailedDecoding(Decoding):
-    """A Decoding that records a StepDetail per step in `self.details` (index = step)."""
-
-    def __init__(self, *args, top_n: int = TOP_N, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not self.runner.looks_on:
-            raise ValueError(f"the step panel records a run of the eager runner, not {self.config.runner!r}")
-        self.top_n = top_n
-        self.details: list[StepDetail] = []
-        self._pending = None  # the last verify's tensors, recorded once its event is out
-
-    def verify(self, draft, logits, probs):
-        # The sampling rule draws u first, from the run's generator: copy its state to replay them.
-        # Everything else waits until the step's event is out, so the step's timing is a normal one.
-        state = None if self.config.greedy else self.generator.get_state()
-        n_accepted, next_token = super().verify(draft, logits, probs)
-        self._pending = (draft, logits, probs, n_accepted, next_token, state)
-        return n_accepted, next_token
-
-    def __iter__(self):
-        # The engine does not count the time between its events, so recording here costs the
-        # run's timing nothing.
-        for event in super().__iter__():
-            self._record_pending()
-            yield event
-
-    def _record_pending(self) -> None:
-        draft, logits, probs, n_accepted, next_token, state = self._pending
-        self._pending = None
-        u = None if state is None else replay_uniforms(state, draft.ids.shape[0], probs.device)
-        self.details.append(record_step(
-            len(self.details), draft.ids, draft.q, logits, probs, int(n_accepted), int(next_token), u,
-            greedy=self.config.greedy, top_n=self.top_n, decode=lambda i: self.parts.tokenizer.decode([i]),
-        ))
-
-
 def replay_uniforms(state: torch.Tensor, k: int, device) -> list[float]:
     """The K uniform draws speculative_sample makes first, replayed from a copy of the generator's
     state taken just before it ran (the run's own generator is not touched)."""
@@ -113,10 +75,32 @@ def replay_uniforms(state: torch.Tensor, k: int, device) -> list[float]:
     return torch.rand(k, generator=replay, device=device).tolist()
 
 
-def record_step(step, draft_ids, q, logits, probs, at, drawn, u, *, greedy, top_n=TOP_N, decode=str) -> StepDetail:
-    """What a step decided from: draft_ids (K,), q (K, V) or None (prompt lookup), logits and
-    probs (K+1, V) of the target, the rule's result (at = drafts kept, drawn = the target's token)
-    and its draws u (K,) or None. decode: token id -> text."""
+@dataclass(frozen=True)
+class Scored:
+    """What the acceptance rule decided from, as tensors."""
+
+    draft_ids: torch.Tensor  # (K,)
+    q: torch.Tensor | None  # (K, V) of the drafter; None: prompt lookup (one-hot)
+    logits: torch.Tensor  # (K+1, V) of the target
+    probs: torch.Tensor  # (K+1, V) of the target, processed as the run samples
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What the rule decided."""
+
+    step: int
+    at: int  # drafts kept
+    drawn: int  # the target's own token
+    u: list[float] | None  # (K,) the sampling rule's uniform draws; None when greedy
+    greedy: bool
+
+
+def record_step(scored: Scored, decided: Decided, top_n: int = TOP_N, decode=str) -> StepDetail:
+    """What a step decided (`decided`) and from what (`scored`): the top tokens of p and q at each
+    position, the margins, and p, q and the residual at the decisive one. decode: token id -> text."""
+    draft_ids, q, logits, probs = scored.draft_ids, scored.q, scored.logits, scored.probs
+    at, drawn, greedy = decided.at, decided.drawn, decided.greedy
     n = min(top_n, probs.shape[-1])
     k = draft_ids.shape[0]
     p_top = probs.topk(n, dim=-1)  # values, indices: (K+1, n)
@@ -153,7 +137,8 @@ def record_step(step, draft_ids, q, logits, probs, at, drawn, u, *, greedy, top_
         (Candidate(i, decode(i), p, qv, r) for i, p, qv, r in zip(ids, p_vals, q_vals, r_vals)),
         key=lambda c: -max(c.p, c.q, c.residual or 0.0),
     )
-    return StepDetail(step, greedy, positions, None if u is None else tuple(u), at, tuple(candidates), drawn)
+    u = None if decided.u is None else tuple(decided.u)
+    return StepDetail(decided.step, greedy, positions, u, at, tuple(candidates), drawn)
 
 
 # --- explanation ----------------------------------------------------------------------------------

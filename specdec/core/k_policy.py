@@ -1,6 +1,6 @@
 """How many tokens to draft each step: K, where 0 means draft nothing (a plain decoding step).
 
-Three policies, one per `GenerationConfig.k_policy`:
+Three policies, one per `GenerationConfig.k_policy` (config.K_POLICIES):
 
 - fixed: K every step.
 - adaptive: +2 after a fully accepted draft, -1 otherwise, within 1..k_max.
@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from specdec.core.config import K_POLICIES
 from specdec.core.theory import expected_tokens_per_pass
 
-POLICIES = ("fixed", "adaptive", "cost")
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,10 @@ class FixedK:
     def __init__(self, k: int):
         self.k = k
 
-    def choose(self, source: str = "model") -> Choice:
+    def choose(self, drafter: str = "model") -> Choice:
         return Choice(self.k)
 
-    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
+    def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
         pass
 
 
@@ -63,10 +63,10 @@ class AdaptiveK:
     def __init__(self, k: int, k_max: int):
         self.k, self.k_max = k, max(k, k_max)
 
-    def choose(self, source: str = "model") -> Choice:
+    def choose(self, drafter: str = "model") -> Choice:
         return Choice(self.k)
 
-    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
+    def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
         if drafted:
             self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
 
@@ -131,8 +131,8 @@ class CostK:
     seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
 
-    `source` ("model" or "lookup"): who will draft this step. Prompt lookup costs no draft pass
-    (draft_s 0) and has its own acceptance, so each source keeps its own estimate.
+    `drafter` ("model" or "lookup"): who will draft this step. Prompt lookup costs no draft pass
+    (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate.
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
@@ -144,22 +144,22 @@ class CostK:
         self.plain_run = 0  # K = 0 steps in a row
         self.wait = self.PROBE_AFTER  # plain steps before the next probe
 
-    def draft_s(self, source: str) -> float:
-        if source == "lookup":
+    def draft_s(self, drafter: str) -> float:
+        if drafter == "lookup":
             return 0.0
         if self.costs.draft_s is None:
             raise ValueError("the cost policy needs the draft model's pass cost, and the cost table has none (no draft model)")
         return float(self.costs.draft_s)
 
-    def choose(self, source: str = "model") -> Choice:
-        best = best_choice(self.estimates[source].alpha, self.draft_s(source), self.costs, self.k_max)
+    def choose(self, drafter: str = "model") -> Choice:
+        best = best_choice(self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.k_max)
         if best.k == 0 and self.plain_run >= self.wait:
-            rate = predicted_rate(1, self.estimates[source].alpha, self.draft_s(source), self.costs)
+            rate = predicted_rate(1, self.estimates[drafter].alpha, self.draft_s(drafter), self.costs)
             return Choice(1, rate, probe=True)
         return best
 
-    def update(self, choice: Choice, drafted: int, accepted: int, source: str = "model") -> None:
-        self.estimates[source].update(drafted, accepted)
+    def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
+        self.estimates[drafter].update(drafted, accepted)
         if choice.probe:
             self.plain_run, self.wait = 0, min(2 * self.wait, self.PROBE_MAX)
         elif choice.k == 0:
@@ -168,16 +168,20 @@ class CostK:
             self.plain_run, self.wait = 0, self.PROBE_AFTER
 
 
-def make_policy(name: str, k: int, k_max: int, costs: Costs | None = None):
-    """The policy of `GenerationConfig.k_policy`; the cost policy needs the cost table, and drafts
-    at most one token less than its largest measured pass (no K is chosen from an extrapolation)."""
+def make_policy(config, costs: Costs | None = None):
+    """The K policy of a run's settings (GenerationConfig): K = 0 every step when nothing drafts
+    (plain decoding), else its k_policy's. The cost policy needs the cost table, and drafts at most
+    one token less than its largest measured pass (no K is chosen from an extrapolation)."""
+    name = config.k_policy
+    if not config.drafts:
+        return FixedK(0)
     if name == "fixed":
-        return FixedK(k)
+        return FixedK(config.k)
     if name == "adaptive":
-        return AdaptiveK(k, k_max)
+        return AdaptiveK(config.k, config.k_max)
     if name == "cost":
         if costs is None:
             raise ValueError("k_policy 'cost' needs a cost table (specdec.measure.cost_table.costs_for)")
-        largest = max(getattr(costs, "sizes", (k_max + 1,)))
-        return CostK(costs, max(1, min(k_max, largest - 1)))
-    raise ValueError(f"k_policy must be one of {', '.join(POLICIES)}, got {name!r}")
+        largest = max(getattr(costs, "sizes", (config.k_max + 1,)))
+        return CostK(costs, max(1, min(config.k_max, largest - 1)))
+    raise ValueError(f"k_policy must be one of {', '.join(K_POLICIES)}, got {name!r}")

@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.core.cached_model import CachedModel
-from specdec.core.runners.capture import CompiledModels
-from specdec.core.runners.eager import EagerRunner
-from specdec.core.runners.static_model import StaticModel
+from specdec.core.runners import ModelLender
+from specdec.core.runners.runner import Runner
 
 if TYPE_CHECKING:
     from specdec.measure.passcost import PassCosts
@@ -22,10 +20,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunParts:
-    target: CachedModel | StaticModel | CompiledModels  # the target as it runs (its kernel and runner chosen), an empty cache of its own
-    draft: CachedModel | StaticModel | CompiledModels | None  # the draft model as it runs (its variant chosen); None: no draft model drafts
+    target: ModelLender  # the target as it runs (its kernel and runner chosen): lends the run a model with an empty cache
+    draft: ModelLender | None  # the draft model as it runs (its variant chosen); None: no draft model drafts
     costs: PassCosts | None  # the cost table the cost K policy reads; None where no cost policy runs
     device: torch.device  # where the run's tensors and its seeded generator live (the pair's device)
     eos_ids: frozenset[int]  # tokens that end the run where they stand
     tokenizer: object  # the pair's tokenizer: decodes the sequence into display text per token
-    runner: type = EagerRunner  # what runs the steps over target and draft (specdec.core.runners.choice.runner_class)
+    runner: type[Runner] = Runner  # what runs the steps (runners.recording.RecordingRunner records them for the step panel)

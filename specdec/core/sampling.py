@@ -30,7 +30,3 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, 
         logits = logits.masked_fill(drop, float("-inf"))
     return torch.softmax(logits, dim=-1)
 
-
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """(N, V) probabilities -> (N,) sampled token ids."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

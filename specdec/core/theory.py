@@ -99,6 +99,6 @@ def prediction_gap(measured: float, metrics) -> PredictionGap | None:
         with_verify_cost=m.predicted_speedup_with_verify_cost,
         from_passes=m.predicted_speedup_from_passes,
         verify_factor=m.predicted_speedup_with_verify_cost / m.predicted_speedup,
-        burst_factor=m.tokens_per_step / m.expected_tokens_per_pass if m.expected_tokens_per_pass else 1.0,
+        burst_factor=m.tokens_per_pass / m.expected_tokens_per_pass if m.expected_tokens_per_pass else 1.0,
         unexplained=measured / m.predicted_speedup_from_passes,
     )

@@ -46,7 +46,7 @@ def run_remote(source, prompt_ids: list[int], max_new_tokens: int) -> dict:
     seconds = time.perf_counter() - start
     m = summarize(events)
     return {"ids": [t for e in events for t in e.emitted], "seconds": seconds,
-            "acceptance_rate": m.acceptance_rate if m.drafted else None,
+            "accepted_share": m.accepted_share if m.drafted else None,
             "target_passes": m.target_passes,  # one per step: the server's verify passes, its prompt pass's token included
             "mean_k": m.mean_k if m.drafted else None, "events": events}
 

@@ -2,8 +2,8 @@
 on a pair loaded in this process, with the settings it is given. It can do everything the page
 offers, and says so in its Capabilities; callers ask those, never the engine's name.
 
-The builder of a run (specdec.engines.assemble: target kernel, draft variant, cost table) is
-imported here only; the page, the bench and the theory tab reach our engine through this source."""
+Runs start here, from text (`run`) or from prompt ids already templated (`iter_events`); both go
+through specdec.engines.assemble.build_decoding, the one builder of a run."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import Iterator
 
 from specdec.core.config import GenerationConfig
 from specdec.core.decoding import Decoding
-from specdec.core.detail import DetailedDecoding
 from specdec.core.events import StepEvent
-from specdec.engines.assemble import build_decoding, generate, run_parts
+from specdec.engines.assemble import build_decoding, run_parts
 from specdec.engines.base import SPECDEC, Capabilities
 from specdec.measure.faithfulness import forced_top2
+from specdec.measure.passcost import PassCosts
 
 CAPABILITIES = Capabilities(in_process=True, follows_settings=True, steps_through=True, sweeps_k=True, reports_p_q=True,
                             lossy_lane=True, own_cost_table=False, starts_embedded=False, side_by_side=True,
@@ -33,15 +33,20 @@ class OurSource:
     def __init__(self, pair, config: GenerationConfig, *, stop: threading.Event | None = None):
         self.pair, self.config, self.stop = pair, config, stop
 
-    def run(self, prompt: str, **kwargs) -> Decoding:
+    def run(self, prompt: str, *, chat: bool | None = None, detailed: bool = False, costs: PassCosts | None = None) -> Decoding:
         """One run of the text `prompt` (templated as the pair's chat setting says, unless `chat` is
-        given), validated first: ValueError names a bad setting or prompt. `kwargs`: generate's."""
-        return generate(self.pair, prompt, self.config, stop=self.stop, **kwargs)
+        given), validated first: ValueError names a bad setting or prompt. detailed: record what the
+        step panel shows of each step (the run's `details`), asked for explicitly so a normal run
+        pays nothing for it. costs: the cost policy's table (default: measured or read, see build_decoding)."""
+        self.config.validate()  # a bad setting is named before the prompt is read
+        chat = self.pair.chat if chat is None else chat
+        prompt_ids = self.pair.encode_prompt(prompt, chat=chat, max_new_tokens=self.config.max_new_tokens)
+        return build_decoding(self.pair, prompt_ids, self.config, detailed=detailed, stop=self.stop, costs=costs)
 
-    def run_detailed(self, prompt: str) -> DetailedDecoding:
-        """run, recording what the step panel shows of each step (in the result's `details`): asked
-        for explicitly, so a normal run pays nothing for it."""
-        return self.run(prompt, decoding=DetailedDecoding)
+    def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
+        """StepSource: a run of prompt ids already templated (the prefill happens in the first step)."""
+        config = replace(self.config, max_new_tokens=max_new_tokens)
+        return iter(build_decoding(self.pair, prompt_ids, config, stop=self.stop))
 
     def plain(self) -> "OurSource":
         """The baseline: the same engine and settings with nothing drafted (one token per step)."""
@@ -55,12 +60,8 @@ class OurSource:
     def forced_top2(self, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
         """forced_predictions, and the gap between the target's best two logits at each position."""
         parts = run_parts(self.pair, replace(plain_config(self.config), runner="eager"))
-        return forced_top2(parts.target, prompt_ids, reference)
-
-    def iter_events(self, prompt_ids: list[int], max_new_tokens: int) -> Iterator[StepEvent]:
-        """StepSource: a run of prompt ids already templated (the prefill happens in the first step)."""
-        config = replace(self.config, max_new_tokens=max_new_tokens)
-        return iter(build_decoding(self.pair, prompt_ids, config, stop=self.stop))
+        target = parts.target.claim(self, len(prompt_ids) + len(reference), ())
+        return forced_top2(target, prompt_ids, reference)
 
 
 def plain_config(config: GenerationConfig) -> GenerationConfig:

@@ -1,7 +1,7 @@
 """A faster F.linear on a CPU, chosen by the number of token rows, and where it is worth entering.
 
-Whoever builds a CachedModel decides whether its passes run inside this mode
-(`CachedModel(model, vocab_size, linear=linear_for(model))`); the core loop never asks.
+Whoever builds a run's models decides whether their passes run inside this mode
+(`runner_model(runner, model, vocab_size, linear=linear_for(model))`); the core loop never asks.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ NATIVE_BF16 = native_bf16()  # read once: the CPU does not change under a runnin
 
 class CpuLinear(TorchFunctionMode):
     """Picks a faster way to compute F.linear(x, W) on a CPU, by the number of token rows in x.
-    Thread-local (a torch function mode), active only inside the CachedModel.forward it is given to.
+    Thread-local (a torch function mode), active only inside the passes of the model it is given to.
 
     fp32, few rows: (W @ x.T).T. Same product, other operand order. For a (n, d) x with n small,
     MKL's sgemm behind F.linear repacks the whole (out, d) weight on every call, which costs about

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REFERENCE = "bf16"  # the dense target every kernel is judged against
+REFERENCE_KERNEL = "bf16"  # the dense target as converted from the GGUF: what every kernel is judged against
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ MEASURED: dict[tuple[str, str], Measured] = {(pair, name): m for pair, name, m i
 
 def faithfulness_note(pair_name: str, kernel: str) -> str:
     """A few words for the status line: how closely `kernel` follows the dense target on this pair."""
-    if kernel == REFERENCE:
+    if kernel == REFERENCE_KERNEL:
         return "the dense target itself"
     m = MEASURED.get((pair_name, kernel))
     if m is None:

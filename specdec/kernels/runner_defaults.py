@@ -1,7 +1,7 @@
 """The runner a run gets when none is named: the one measured fastest on this kind of machine.
 
-Measured per kind of machine (specdec.models.machine.machine_kind) with scripts/runner_passes.py and
-`python -m specdec bench --runner eager,static` (docs/benchmarks.md, "Runners"); a kind not listed
+Measured per kind of machine (specdec.models.machine.machine_kind) with `python -m specdec passes
+--runner eager,static,compiled` and `python -m specdec bench --runner eager,static` (docs/benchmarks.md, "Runners"); a kind not listed
 (an AVX2-only CPU, a GPU: not measured yet) keeps eager, transformers as it is.
 """
 

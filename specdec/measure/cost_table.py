@@ -1,7 +1,7 @@
 """The cost table: what one target pass over 1, 2, 3, 4, 6, 8, 12, 16 tokens and one one-token
 draft pass cost on this machine, for one (pair, target kernel, draft variant, dtype, runner). The
 cost K policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass costs (the
-static runner pads a check to its fixed shapes: specdec.core.runners.shapes), so each runner has
+static runner pads a check to its fixed shapes: specdec.core.runners.static_model), so each runner has
 its own table.
 
 Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.eager_model import CachedModel
 
 
 @dataclass(frozen=True)

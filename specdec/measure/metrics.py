@@ -42,7 +42,7 @@ class RunMetrics:
     rejections: int  # steps that turned a draft token down
     alpha: float  # per-token acceptance probability, estimated (estimate_alpha)
     accepted_share: float  # accepted / drafted (0 when nothing was drafted)
-    tokens_per_step: float  # tokens / target passes, measured
+    tokens_per_pass: float  # tokens / target passes, measured
     expected_tokens_per_pass: float  # mean over drafting steps of (1 - alpha^(K+1)) / (1 - alpha), each at its own K: what independent acceptance predicts
     seconds: float  # wall time of the run (prompt processing excluded)
     tokens_per_s: float
@@ -63,13 +63,8 @@ class RunMetrics:
     predicted_speedup_with_verify_cost: float | None  # expected tokens per pass / (K c + verify_cost)
     predicted_speedup_from_passes: float | None  # measured tokens per pass x decode step / step_s (the accounting)
 
-    @property
-    def acceptance_rate(self) -> float:
-        """The old name of accepted_share (kept for the --json output and older callers)."""
-        return self.accepted_share
-
     def as_dict(self) -> dict:
-        return {**asdict(self), "acceptance_rate": self.acceptance_rate}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -103,19 +98,19 @@ def _step_times(events: list[StepEvent], drafting: list[StepEvent], by_model: li
 
 
 def _predictions(times: _StepTimes, decode_step_s: float | None, expected: float, mean_k: float,
-                 tokens_per_step: float, drafted_any: bool) -> tuple:
+                 tokens_per_pass: float, drafted_any: bool) -> tuple:
     """(c, draft model's c, verify cost, textbook, with verify cost, from passes): all None without
     a decode step; only the accounting (from passes) when the engine does not time steps apart."""
     c = draft_c = verify = textbook = with_verify = from_passes = None
     if decode_step_s and not times.timed:  # only the accounting needs no time apart
-        from_passes = tokens_per_step * decode_step_s / times.step_s if times.step_s > 0 else None
+        from_passes = tokens_per_pass * decode_step_s / times.step_s if times.step_s > 0 else None
     elif decode_step_s:
         c = times.draft_pass_s / decode_step_s
         draft_c = times.model_draft_pass_s / decode_step_s if times.model_draft_pass_s is not None else None
         verify = times.verify_pass_s / decode_step_s if drafted_any else 1.0
         textbook = expected / (mean_k * c + 1)
         with_verify = expected / (mean_k * c + verify)
-        from_passes = tokens_per_step * decode_step_s / times.step_s if times.step_s > 0 else None
+        from_passes = tokens_per_pass * decode_step_s / times.step_s if times.step_s > 0 else None
     return c, draft_c, verify, textbook, with_verify, from_passes
 
 
@@ -140,13 +135,13 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
     # mean K (adaptive K) would overstate it. The cost side, K c + 1, is linear: the mean K is exact there.
     counts = expected_pass_counts(alpha, [len(e.drafted) for e in drafting])
     expected = sum(n * count for n, count in enumerate(counts, 1)) / len(drafting) if drafting else 1.0
-    tokens_per_step = tokens / passes if passes else 0.0
+    tokens_per_pass = tokens / passes if passes else 0.0
     c, draft_c, verify, textbook, with_verify, from_passes = _predictions(
-        times, decode_step_s, expected, mean_k, tokens_per_step, bool(drafting))
+        times, decode_step_s, expected, mean_k, tokens_per_pass, bool(drafting))
     return RunMetrics(
         tokens=tokens, target_passes=passes, drafted=drafted, accepted=accepted,
         rejections=sum(1 for e in events if e.accepted < e.n_drafted), alpha=alpha,
-        accepted_share=accepted / drafted if drafted else 0.0, tokens_per_step=tokens_per_step,
+        accepted_share=accepted / drafted if drafted else 0.0, tokens_per_pass=tokens_per_pass,
         expected_tokens_per_pass=expected, seconds=seconds, tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
         mean_k=mean_k, model_steps=len(by_model), lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
         draft_pass_s=times.draft_pass_s, model_draft_pass_s=times.model_draft_pass_s, target_pass_s=times.target_pass_s,
@@ -158,14 +153,14 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
 
 
 def summarize_runs(
-    spec_events: list[StepEvent], plain_events: list[StepEvent] | None = None, one_token_pass_s: float | None = None,
+    spec_events: list[StepEvent], plain_events: list[StepEvent] | None = None, decode_step_s: float | None = None,
 ) -> RunMetrics:
     """The speculative run's metrics with the best decode step at hand: the plain run's mean step
     (same settings, same machine, same moment), else a one-token target pass timed after the run."""
     if plain_events:
         return summarize(spec_events, decode_step_s=summarize(plain_events).step_s, decode_step_from=FROM_PLAIN)
-    if one_token_pass_s:
-        return summarize(spec_events, decode_step_s=one_token_pass_s, decode_step_from=FROM_ONE_TOKEN_PASS)
+    if decode_step_s:
+        return summarize(spec_events, decode_step_s=decode_step_s, decode_step_from=FROM_ONE_TOKEN_PASS)
     return summarize(spec_events)
 
 

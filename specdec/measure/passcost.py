@@ -2,7 +2,8 @@
 one draft pass. Speculative decoding pays where checking K+1 tokens costs about one decode step
 (memory-bound decoding: the weights are read once per pass, however many tokens it scores).
 
-Timing: the same prefilled cache for every pass (each pass is cropped off again), sizes
+Timing (time_rounds, the one timing loop of the cost table and of `python -m specdec passes`):
+the same prefilled cache for every pass (each pass is cropped off again), models and sizes
 interleaved over the repeats so that load from other processes spreads over all of them, the
 median per size. The passes run as a run's runner runs them (specdec.core.runners: eager, static,
 compiled), so a cost table is its runner's.
@@ -12,13 +13,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
+import types
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Callable, ContextManager
 
 import torch
 
-from specdec.core.runners.choice import runner_model
-from specdec.core.runners.shapes import DRAFT_SHAPES
+from specdec.core.runners import runner_model
+from specdec.core.runners.static_model import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -61,24 +64,64 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
-    """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes;
-    the cache is cropped back after each pass. ids: at least max(sizes) tokens. tick(): called
-    after each timed pass (a progress bar)."""
-    base = model.length
-    feed = torch.tensor(ids, device=model.device)
-    runs: dict[int, list[float]] = {n: [] for n in sizes}
+@dataclass(frozen=True)
+class Lane:
+    """One model's passes in a timing: the sizes it is timed over, whether it asks for the last
+    row's logits only (a draft pass), and what each round of its passes runs inside."""
+
+    model: object  # a runner's model (specdec.core.runners): forward, crop, length, device
+    sizes: tuple[int, ...]
+    last_only: bool = False
+    around: Callable[[], ContextManager] = nullcontext
+
+
+def time_rounds(lanes: dict, ids: list[int], repeats: int, tick=None) -> dict[tuple, list[float]]:
+    """Seconds of every pass, by (lane key, n): each round times every lane's sizes in turn, so
+    load from other processes spreads over all of them. Each pass feeds n of `ids` after the
+    cached positions, and the cache is cropped back after it. tick(): called after each pass."""
+    feeds = {}
+    runs: dict[tuple, list[float]] = {(key, n): [] for key, lane in lanes.items() for n in lane.sizes}
     for _ in range(repeats):
-        for n in sizes:
-            _sync(model.device)
-            start = time.perf_counter()
-            model.forward(feed[:n], last_only=last_only)
-            _sync(model.device)
-            runs[n].append(time.perf_counter() - start)
-            model.crop(base)
-            if tick is not None:
-                tick()
-    return [statistics.median(runs[n]) for n in sizes]
+        for key, lane in lanes.items():
+            model, base = lane.model, lane.model.length
+            feed = feeds.setdefault(model.device, torch.tensor(ids, device=model.device))
+            with lane.around():
+                for n in lane.sizes:
+                    _sync(model.device)
+                    start = time.perf_counter()
+                    model.forward(feed[:n], last_only=lane.last_only)
+                    _sync(model.device)
+                    runs[key, n].append(time.perf_counter() - start)
+                    model.crop(base)
+                    if tick is not None:
+                        tick()
+    return runs
+
+
+def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
+    """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes
+    (ids: at least max(sizes) tokens)."""
+    runs = time_rounds({0: Lane(model, tuple(sizes), last_only)}, ids, repeats, tick)
+    return [statistics.median(runs[0, n]) for n in sizes]
+
+
+@contextmanager
+def no_products(module):
+    """Every matrix product in `module` (each leaf layer with `out_features`: nn.Linear and this
+    project's quantized layers) returns zeros of its output shape instead: what a pass costs then
+    is everything else (attention, norms, rotary, the cache, Python). Restored on leaving."""
+    layers = [m for m in module.modules() if hasattr(m, "out_features") and next(m.children(), None) is None]
+    for layer in layers:
+        layer.forward = types.MethodType(_zeros, layer)  # the instance's attribute shadows its class's forward
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+def _zeros(layer, x: torch.Tensor) -> torch.Tensor:
+    return x.new_zeros(*x.shape[:-1], layer.out_features)  # (..., out)
 
 
 def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
@@ -110,14 +153,14 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
 def prefilled(runner: str, module, vocab_size: int, context: list[int], room: int, shapes):
     """The module as `runner` runs it (as a run would: linear_for's F.linear), its cache filled with
     `context`; a compiled model is claimed for the timing and given back after."""
-    lm = runner_model(runner, module, vocab_size, linear_for(module))
+    lender = runner_model(runner, module, vocab_size, linear_for(module))
     owner = object()
-    lm = lm.claim(owner, len(context) + room, shapes)
+    lm = lender.claim(owner, len(context) + room, shapes)
     try:
         lm.prefill(torch.tensor(context, device=lm.device))
         yield lm
     finally:
-        lm.release(owner)
+        lender.release(owner)
 
 
 def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> PassCosts:
@@ -125,7 +168,7 @@ def measure(pair, context_ids: list[int], sizes=SIZES, repeats: int = 3) -> Pass
     return measure_models(pair.target, pair.draft, pair.vocab_size, context_ids, sizes, repeats)
 
 
-def one_token_pass_s(decoding, repeats: int = 3) -> float | None:
+def time_decode_step(decoding, repeats: int = 3) -> float | None:
     """A plain decode step, timed on a finished run's own target cache (no second prefill): the
     decode step to compare with when plain decoding was not run. None if the run made no step."""
     seq, target = decoding.seq, decoding.target

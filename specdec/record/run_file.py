@@ -59,11 +59,11 @@ class RunRecord:
     plain: list[StepEvent] = field(default_factory=list)  # empty when the run was not compared
     stopped: bool = False  # stopped by the user before the end
     created: str = ""  # UTC time of the run, ISO 8601
-    one_token_pass_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
+    decode_step_s: float | None = None  # a decode step timed after the run, when plain decoding did not run
 
     def metrics(self) -> dict:
         """What the page's stats row shows, per run; the comparison only for two complete runs."""
-        spec = summarize_runs(self.spec, self.plain, self.one_token_pass_s)  # c in the plain run's decode steps
+        spec = summarize_runs(self.spec, self.plain, self.decode_step_s)  # c in the plain run's decode steps
         plain = summarize(self.plain) if self.plain else None
         out = {"speculative": spec.as_dict(), "plain": plain.as_dict() if plain else None,
                "speedup": None, "identical_to_plain": None, "first_difference": None}
@@ -116,7 +116,7 @@ def to_dict(record: RunRecord) -> dict:
         "pair": record.pair,
         "machine": record.machine,
         "stopped": record.stopped,
-        "one_token_pass_s": record.one_token_pass_s,
+        "decode_step_s": record.decode_step_s,
         "runs": {"speculative": [_event_dict(e) for e in record.spec], "plain": [_event_dict(e) for e in record.plain]},
         "metrics": record.metrics(),
     }
@@ -164,12 +164,14 @@ def from_json(text: str | bytes) -> RunRecord:
     if any(e.n_drafted for e in lanes["plain"]):
         raise RecordError("runs.plain: plain decoding drafts nothing, but a step has drafted tokens")
     created = data.get("created", "")
-    one_token_pass_s = data.get("one_token_pass_s")  # optional: absent in files written before it was kept
-    if one_token_pass_s is not None and not (_is(one_token_pass_s, float) and one_token_pass_s > 0):
-        raise RecordError(f"one_token_pass_s: expected a positive number or null, got {_shown(one_token_pass_s)}")
+    # optional: absent in files written before it was kept, and named one_token_pass_s in older ones
+    name = "decode_step_s" if "decode_step_s" in data else "one_token_pass_s"
+    decode_step_s = data.get(name)
+    if decode_step_s is not None and not (_is(decode_step_s, float) and decode_step_s > 0):
+        raise RecordError(f"{name}: expected a positive number or null, got {_shown(decode_step_s)}")
     return RunRecord(prompt=data["prompt"], config=config, pair=data["pair"], machine=data["machine"],
                      spec=lanes["speculative"], plain=lanes["plain"], stopped=data["stopped"],
-                     created=created if isinstance(created, str) else "", one_token_pass_s=one_token_pass_s)
+                     created=created if isinstance(created, str) else "", decode_step_s=decode_step_s)
 
 
 def _config(settings: dict) -> GenerationConfig:
@@ -185,15 +187,17 @@ def _config(settings: dict) -> GenerationConfig:
 
 
 def _renamed(settings: dict) -> dict:
-    """Settings as older records wrote them: `pause_unprofitable` (stop drafting while it did not
-    pay) is now the cost K policy, k_policy "cost"."""
-    if "pause_unprofitable" not in settings:
-        return settings
+    """Settings as older records wrote them, in today's names: `adaptive_k: true` is k_policy
+    "adaptive" (it won over any other k_policy); `pause_unprofitable` (stop drafting while it did
+    not pay) is the cost K policy, k_policy "cost"."""
     settings = dict(settings)
-    pause = settings.pop("pause_unprofitable")
-    if not isinstance(pause, bool):
-        raise RecordError(f"settings: pause_unprofitable must be true or false, got {_shown(pause)}")
-    if pause and not settings.get("adaptive_k") and settings.get("k_policy", "fixed") == "fixed":
+    for old in ("adaptive_k", "pause_unprofitable"):
+        if old in settings and not isinstance(settings[old], bool):
+            raise RecordError(f"settings: {old} must be true or false, got {_shown(settings[old])}")
+    adaptive, pause = settings.pop("adaptive_k", False), settings.pop("pause_unprofitable", False)
+    if adaptive:
+        settings["k_policy"] = "adaptive"
+    elif pause and settings.get("k_policy", "fixed") == "fixed":
         settings["k_policy"] = "cost"
     return settings
 

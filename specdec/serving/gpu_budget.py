@@ -10,9 +10,11 @@ token and costs K draft passes plus one verify pass, so a run whose drafts are a
 max_new_tokens such steps; the plain run takes max_new_tokens decode passes. Per-pass costs start
 from conservative estimates and are replaced by what the app measures on its own GPU, kept apart
 for each (pair, target kernel, draft variant, runner): a fast bf16 run says nothing of a slower
-kernel. Each call also pays once for what no GPU state outlives: the GPU worker moving the weights
-onto the card (grows with the pair), and the runner's own setup (a static cache allocated, CUDA
-graphs captured), estimated until a measured capture time is reported (record_capture).
+kernel. Each call also pays once for what a fresh GPU worker has to do: move the weights onto the
+card (grows with the pair), and the runner's own setup (a static cache allocated, CUDA graphs
+captured). A call may get a worker that kept both from an earlier call (`spaces` reuses one when
+its scheduler says the card is idle: docs/deploy.md), but nothing tells the app beforehand, so the
+duration always counts them.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ DEFAULT_SECONDS = 60  # ZeroGPU's own default duration
 MARGIN = 1.5  # measured pass times are noisy and the first passes of a call are slower
 SETUP_S = 15.0  # once per call: attaching the GPU, the prompt's prefill, the first passes' warm-up
 MOVE_BYTES_PER_S = 2e9  # the worker copies the pair's weights onto the card at its first call (an estimate)
-# Per call, a runner's own setup: nothing for eager; the caches allocated for a static runner; the
-# fixed shapes captured as CUDA graphs for a compiled one (draft pass, verify buckets, plain
-# decode, each after warm-up passes). Estimates, meant to be high, until record_capture reports one.
+# A fresh worker's first call, a runner's own setup: nothing for eager; the caches allocated for a
+# static runner; the fixed shapes captured as CUDA graphs for a compiled one (draft passes, verify
+# buckets, plain decode, each after warm-up passes). Source: none measured yet. scripts/gpu_check/
+# records each shape's capture seconds on a GPU and prints `first_call_capture_s`, MARGIN x what a
+# default run's shapes took: the figure that replaces "compiled" here once a GPU record exists
+# (docs/benchmarks.md, "The GPU check"). Until then an estimate meant to be high.
 CAPTURE_ESTIMATES = {"eager": 0.0, "static": 2.0, "compiled": 30.0}
 
 
@@ -71,7 +76,7 @@ class CostKey:
 
 
 def cost_key(pair_name: str, config: GenerationConfig) -> CostKey:
-    variant = config.draft_variant if config.drafter in ("model", "auto") else "-"
+    variant = config.draft_variant if config.uses_draft_model else "-"
     return CostKey(pair_name, config.target_kernel, variant, config.runner)
 
 
@@ -109,7 +114,7 @@ class PassCosts:
 
     def once_s(self, config: GenerationConfig) -> float:
         """What a call of `config` pays once, whatever its length."""
-        table = self.table_s if config.policy == "cost" and config.drafter != "none" else 0.0
+        table = self.table_s if config.needs_cost_table else 0.0
         return self.setup_s + self.capture_s + table
 
     def measured(self, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> "PassCosts":
@@ -127,15 +132,15 @@ class PassCosts:
 
 def draft_passes(config: GenerationConfig) -> int:
     """Most draft-model passes one step can make."""
-    if config.drafter in ("lookup", "none"):
+    if not config.uses_draft_model:
         return 0
-    return max(config.k, config.k_max) if config.policy != "fixed" else config.k
+    return max(config.k, config.k_max) if config.k_policy != "fixed" else config.k
 
 
 def call_seconds(config: GenerationConfig, compare: bool, costs: PassCosts) -> float:
     """The longest a run (and its plain comparison) can take on the GPU."""
     n = config.max_new_tokens
-    if config.drafter == "none":
+    if not config.drafts:
         spec = n * costs.decode_s
     else:
         spec = n * (draft_passes(config) * costs.draft_s + costs.verify_s)
@@ -154,7 +159,7 @@ def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, second
     if need <= seconds:
         return
     fit = max_new_tokens_within(seconds, config, compare, costs)
-    settings = f"K={config.k}" + (" ({}, up to {})".format(config.policy, max(config.k, config.k_max)) if config.policy != "fixed" else "")
+    settings = f"K={config.k}" + (" ({}, up to {})".format(config.k_policy, max(config.k, config.k_max)) if config.k_policy != "fixed" else "")
     settings += " and the plain comparison" if compare else ""
     raise ValueError(
         f"max_new_tokens={config.max_new_tokens} could need up to {need:.0f} s of GPU time with {settings}; "
@@ -163,14 +168,29 @@ def check_fits(config: GenerationConfig, compare: bool, costs: PassCosts, second
 
 
 _costs: dict[CostKey, PassCosts] = {}  # pass costs measured in this process
-_captures: dict[CostKey, float] = {}  # runner setup seconds reported in this process (with MARGIN)
+_captures: dict[CostKey, float] = {}  # runner setup seconds per call (with MARGIN), from reported captures
+_fresh_measured: set[CostKey] = set()  # keys whose starting estimate a fresh worker's capture has replaced
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """What one GPU call says about its runner's setup (its last item, app/gpu_call.py)."""
+
+    seconds: float  # what the call's runs spent capturing passes
+    fresh: bool  # the call was its process's first (a new ZeroGPU worker): every shape its runs needed was captured in it
+
+
+def capture_figure(key: CostKey) -> float:
+    """The runner's setup a call of `key` is budgeted with: reported where a call reported one,
+    else the starting estimate (CAPTURE_ESTIMATES)."""
+    return _captures.get(key, CAPTURE_ESTIMATES.get(key.runner, max(CAPTURE_ESTIMATES.values())))
 
 
 def costs_for(key: CostKey) -> PassCosts:
     """The costs a request of `key` is budgeted with: measured ones where a run of that key has
-    finished here, else the estimates; the runner's setup measured where reported, else estimated."""
+    finished here, else the estimates; the runner's setup as capture_figure says."""
     costs = _costs.get(key) or PassCosts(setup_s=setup_estimate(key.pair))
-    return replace(costs, capture_s=_captures.get(key, CAPTURE_ESTIMATES.get(key.runner, max(CAPTURE_ESTIMATES.values()))))
+    return replace(costs, capture_s=capture_figure(key))
 
 
 def record(key: CostKey, config: GenerationConfig, spec: Sequence[StepEvent], plain: Sequence[StepEvent]) -> None:
@@ -179,9 +199,17 @@ def record(key: CostKey, config: GenerationConfig, spec: Sequence[StepEvent], pl
         _costs[key] = costs_for(key).measured(config, spec, plain)
 
 
-def record_capture(key: CostKey, seconds: float) -> None:
-    """A runner's measured setup for one call of `key` (e.g. the seconds its CUDA graphs took to
-    capture): it replaces the estimate, with MARGIN, in every later duration asked for that key."""
-    if not seconds >= 0:  # NaN too
-        raise ValueError(f"capture seconds must be a number >= 0, got {seconds!r}")
-    _captures[key] = MARGIN * seconds
+def record_capture(key: CostKey, report: CaptureReport) -> None:
+    """Count what one call of `key` spent capturing (MARGIN x its seconds) in later durations. The
+    figure only grows: a call in a reused worker captures only what that worker lacked (often
+    nothing: 0 s), and the next call may land in a fresh worker that captures everything again. One
+    exception: the first capture measured in a fresh worker replaces the starting estimate, which
+    was a guess; after it the figure grows again only (a later run with a larger K captures more)."""
+    if not report.seconds >= 0:  # NaN too
+        raise ValueError(f"capture seconds must be a number >= 0, got {report.seconds!r}")
+    figure = MARGIN * report.seconds
+    if report.fresh and key not in _fresh_measured:
+        _fresh_measured.add(key)
+        _captures[key] = figure
+    else:
+        _captures[key] = max(figure, capture_figure(key))

@@ -1,44 +1,71 @@
 """How a run's passes run: the runners (GenerationConfig.runner).
 
-- eager: transformers as it is, over a growing DynamicCache (specdec.core.cached_model): the
-  shapes vary, the host reads what it needs when it needs it (runners/eager.py).
+- eager: transformers as it is, over a growing DynamicCache (eager_model.py).
 - static: a preallocated cache whose position is a host integer (rollback sets it), every pass in
-  one of a few fixed shapes (shapes.py), acceptance on the device, and one read from the device
-  per step (static_model.py, static_draft.py, static_runner.py).
-- compiled: the static runner whose fixed-shape passes are captured once per model and process:
-  CUDA graphs on a GPU, torch.compile on a CPU (capture.py).
+  one of a few fixed shapes (static_model.py).
+- compiled: the static model with its fixed-shape passes captured once per model and process:
+  CUDA graphs on a GPU, torch.compile on a CPU (capture.py, which also owns who holds them).
 
-The loop (specdec.core.decoding) sees one interface, Runner below; whoever builds a run's parts
-(specdec.engines.assemble) chooses the runner once, with choice.py.
+The three differ only in the model they run (a RunModel, below). One Runner (runner.py) runs a
+step over any of them: the proposer's draft, the check of K+1 tokens in one target pass,
+acceptance on the device, one read to the host. A model is lent to a run (`ModelLender.claim`,
+before its prompt) and given back when it ends (`release`): an eager or static run gets a model of
+its own, a compiled run the process's captured model of the right size, one run at a time.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
-from specdec.core.runners.reading import Checked
+import torch
+
+from specdec.core.config import parse_runner
+from specdec.core.runners.capture import compiled_model
+from specdec.core.runners.eager_model import EagerModels
+from specdec.core.runners.static_model import StaticModels
+
+log = logging.getLogger("specdec.runners")
 
 
-class Runner(Protocol):
-    """A run's tensor side: both models and their caches, the acceptance rule, the step's one read.
-    Made per run from its RunParts (RunParts.runner is the class), the run's settings, its seeded
-    generator and the loop's verify hook (the eager runner calls it; the static one decides on the
-    device and has none: `looks_on` says which)."""
+class RunModel(Protocol):
+    """A causal LM with a cache of its own, as a runner runs it."""
 
-    looks_on: bool  # the loop's verify hook sees every step (the step panel records through it)
-    capture_s: float  # seconds this run spent capturing passes (compiled runner); 0 otherwise
-    target: object  # the target as run (CachedModel or StaticModel: length, forward, crop)
-    draft: object | None  # the draft model as run, or None
+    device: torch.device
+    features: torch.Tensor | None  # (n, H) the last pass's final hidden states (after the model's final norm)
 
-    def prefill(self, seq: list[int], room: int) -> None:
-        """Feed the prompt (`seq`) but its last token; `room`: new tokens the run may add."""
+    @property
+    def length(self) -> int: ...  # positions held in the cache
 
-    def check(self, seq: list[int], k: int, lookup: list[int]) -> Checked:
-        """Draft up to k tokens (prompt lookup's ids when given), check them in one target pass,
-        apply the acceptance rule, read what the event needs in one transfer."""
+    def forward(self, ids: torch.Tensor, last_only: bool) -> torch.Tensor:
+        """ids (n,) on the device, after the cached positions -> logits (n, V), or (1, V) if last_only."""
 
-    def keep(self, length_before: int, accepted: int, length: int) -> None:
-        """The loop kept `accepted` drafts and the sequence is now `length` long: roll back to it."""
+    def prefill(self, ids: torch.Tensor) -> None:
+        """The prompt (n,) from position 0, in one pass."""
 
-    def close(self) -> None:
-        """The run is over (or abandoned): give back what it held."""
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions."""
+
+
+class ModelLender(Protocol):
+    """Where a run gets the RunModel it runs on (RunParts.target and .draft are lenders)."""
+
+    def claim(self, owner, positions: int, shapes) -> RunModel:
+        """A model for `owner`'s run of up to `positions` positions; `shapes`: the fixed-shape passes
+        it will make ((tokens, last row only) pairs), captured here if the model is compiled."""
+
+    def release(self, owner) -> None:
+        """`owner`'s run is over: what it claimed may serve another run."""
+
+
+def runner_model(runner: str, module, vocab_size: int, linear=None) -> ModelLender:
+    """The lender of `module` as `runner` runs it (`linear`: a context manager entered around every
+    pass, rerouting F.linear, or None). A model spread over several devices (device_map="auto") runs
+    eager: the static cache lives on one device and a CUDA graph cannot span several (one line says so)."""
+    lenders = {"eager": EagerModels, "static": StaticModels, "compiled": compiled_model}
+    devices = {p.device for p in module.parameters()}
+    if parse_runner(runner) != "eager" and len(devices) > 1:
+        log.warning("specdec: the %s runner runs eager for this model: its weights are spread over %s",
+                    runner, ", ".join(sorted(str(d) for d in devices)))
+        runner = "eager"
+    return lenders[runner](module, vocab_size, linear)

@@ -1,4 +1,5 @@
-"""The compiled runner: a model's fixed-shape passes captured once per process and replayed.
+"""The compiled runner: a model's fixed-shape passes captured once per process and replayed, and
+who holds them.
 
 On a GPU each shape becomes a CUDA graph (torch.cuda.CUDAGraph): the pass's hundreds of kernel
 launches replayed in one call, reading the shape's ids buffer and the model's start buffer,
@@ -9,9 +10,9 @@ and process, and each capture is timed (StaticModel.capture_s) so a caller that 
 ZeroGPU call) can count it. A shape or model that cannot be captured runs static: one logged line
 says why.
 
-A compiled model's cache and buffers are fixed (its graphs point into them), so it is shared by
-the runs of the process one at a time: a run that finds it held, or that does not fit its cache,
-runs on a static model of the same weights (StaticModel.claim).
+A compiled model's cache and buffers are fixed (its graphs point into them), so it is lent to the
+runs of the process one at a time (CompiledModels, the one place that knows who holds which): a
+run that finds it held, or that does not fit its cache, runs on a static model of the same weights.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ import types
 
 import torch
 
-from specdec.core.runners.kv import fixed_pass
-from specdec.core.runners.shapes import LARGEST
-from specdec.core.runners.static_model import StaticModel
+from specdec.core.runners.static_model import LARGEST, StaticModel, fixed_pass
 
 log = logging.getLogger("specdec.runners")
 # Cache sizes of compiled models (positions): a run takes the smallest that holds it. A check attends
@@ -47,57 +46,44 @@ def compiled_model(module, vocab_size: int, linear=None) -> "CompiledModels":
 
 class CompiledModels:
     """A module's compiled StaticModels, one per cache size (CAPTURED_CONTEXTS), each captured shape
-    by shape as runs need them. A run claims the smallest that holds it (StaticModel.claim)."""
+    by shape as runs need them and lent to one run at a time (the ModelLender of the compiled runner)."""
 
     def __init__(self, module, vocab_size: int, linear=None):
         self.module, self.vocab_size, self.linear = module, vocab_size, linear
         self.device = module.device
         self.models: dict[int, StaticModel] = {}  # cache size -> its compiled model
+        self.owners: dict[int, object] = {}  # cache size -> the run holding that model
+        self.failed: str | None = None  # why capturing stopped; the shapes not captured run static
+        self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None  # one memory pool for the graphs
+        if self.device.type not in ("cuda", "cpu"):
+            self.failed = f"nothing captures passes on {self.device.type}"
+            log.warning("specdec: the compiled runner runs static on %s: %s", self.device.type, self.failed)
 
     def claim(self, owner, positions: int, shapes) -> StaticModel:
+        """The smallest compiled model that holds the run, its `shapes` captured now (before the
+        run's clock); a static model of the same weights where none is free or fits (one line says why)."""
         size = next((c for c in CAPTURED_CONTEXTS if positions + LARGEST <= c), None)
-        if size is None:
-            log.warning("specdec: this run of the compiled runner runs static: %d positions exceed the largest captured "
-                        "cache (%d)", positions, CAPTURED_CONTEXTS[-1])
+        reason = (f"{positions} positions exceed the largest captured cache ({CAPTURED_CONTEXTS[-1]})" if size is None
+                  else "another run holds the compiled model" if self.owners.get(size, owner) is not owner else None)
+        if reason is not None:
+            log.warning("specdec: this run of the compiled runner runs static: %s", reason)
             twin = StaticModel(self.module, self.vocab_size, self.linear)
-            return twin.claim(owner, positions, shapes)
-        if size not in self.models:
-            model = StaticModel(self.module, self.vocab_size, self.linear, capacity=size)
-            model.capturer = Capturer(model.device)
-            self.models[size] = model
-        return self.models[size].claim(owner, positions, shapes)
+            twin.reserve(positions)
+            return twin
+        model = self.models.get(size) or self.models.setdefault(size, StaticModel(self.module, self.vocab_size, self.linear, size))
+        self.owners[size] = owner
+        model.reserve(positions)
+        self.capture(model, shapes)
+        return model
 
     def release(self, owner) -> None:
-        for model in self.models.values():
-            model.release(owner)
+        for size in [s for s, held_by in self.owners.items() if held_by is owner]:
+            del self.owners[size]
 
     @property
     def capture_s(self) -> dict[tuple[int, int, bool], float]:
         """Seconds each shape took to capture, by (cache size, tokens, last row only)."""
         return {(size, *shape): s for size, model in self.models.items() for shape, s in model.capture_s.items()}
-
-
-class Capturer:
-    """Captures a compiled model's shapes (each once) and hands the model to one run at a time."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.failed: str | None = None  # why capturing stopped; the shapes not captured run static
-        self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None  # one memory pool for the model's graphs
-        if device.type not in ("cuda", "cpu"):
-            self.failed = f"nothing captures passes on {device.type}"
-            log.warning("specdec: the compiled runner runs static on %s: %s", device.type, self.failed)
-
-    def claim(self, model: StaticModel, owner, positions: int, shapes) -> str | None:
-        """Give `model` to `owner` with `shapes` captured; or say why not (None: given)."""
-        if model.owner is not None and model.owner is not owner:
-            return "another run holds the compiled model"
-        if positions + LARGEST > model.fixed_capacity:
-            return f"{positions} positions do not fit its captured cache of {model.fixed_capacity}"
-        model.owner = owner
-        model.reserve(positions)
-        self.capture(model, shapes)
-        return None
 
     def capture(self, model: StaticModel, shapes) -> None:
         for tokens, last_only in shapes:
@@ -117,9 +103,9 @@ class Capturer:
 
 @torch.inference_mode()
 def cuda_graph(model: StaticModel, tokens: int, last_only: bool, pool):
-    """A CUDA graph of the pass over input(tokens): replay() runs it and returns its logits (the
-    graph's own output tensor, rewritten by the next replay). Its warm-up passes write at position
-    0, before any run's prompt (claim captures before the prefill)."""
+    """A CUDA graph of the pass over input(tokens): replay() runs it and returns its (logits,
+    features) (the graph's own output tensors, rewritten by the next replay). Its warm-up passes
+    write at position 0, before any run's prompt (claim captures before the prefill)."""
     ids = model.input(tokens)
     model.start.fill_(0)
     current = torch.cuda.current_stream(model.device)
@@ -130,10 +116,10 @@ def cuda_graph(model: StaticModel, tokens: int, last_only: bool, pool):
             model.pass_now(ids, last_only)
     current.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         out = model.pass_now(ids, last_only)
 
-    def replay() -> torch.Tensor:
+    def replay() -> tuple[torch.Tensor, torch.Tensor]:
         graph.replay()
         return out
 
@@ -151,7 +137,7 @@ def compiled_pass(model: StaticModel, tokens: int, last_only: bool, pool=None):
     compiled = torch.compile(own, fullgraph=True, dynamic=False)
     ids = model.input(tokens)
 
-    def call() -> torch.Tensor:
+    def call() -> tuple[torch.Tensor, torch.Tensor]:
         with model.linear() if model.linear else contextlib.nullcontext():
             return compiled(model.model, model.kv, ids, model.start, last_only, model.vocab_size)
 
@@ -159,4 +145,3 @@ def compiled_pass(model: StaticModel, tokens: int, last_only: bool, pool=None):
         model.start.fill_(0)
         call()
     return call
-

@@ -1,6 +1,10 @@
 """One linear layer on each CPU kernel at hand, by token rows: ms per call, weights streamed from memory.
 
-    flock /tmp/specdec-bench.lock python scripts/w8a8_layer.py [--shape 8960x1536] [--copies 40]
+Figures from commit 88b03e3 (docs/benchmarks.md, "One layer": the W8A8 kernel with one activation
+scale per row; its per-block successor, f8df972, was timed against it by hand). An experiment kept
+for work on the kernels: whole passes are timed by `python -m specdec passes`.
+
+    python -m experiments.w8a8_layer [--shape 8960x1536] [--copies 40]
 
 `--copies` copies of the weight are used in turn, so each call reads its weight from memory as a
 whole model's pass does (one layer's weight alone would sit in cache). Every kernel and row count is

@@ -1,5 +1,9 @@
 """How far each way of quantizing the target's linear layers moves it from the dense target.
 
+Figures from commit 322599e (docs/benchmarks.md, "Activations per block of 128 columns"). An
+experiment kept for work on the target kernels: the bench's faithfulness figures (top-1 agreement
+with bf16) are its everyday measure, this the finer one.
+
 Along the dense (bf16) target's own greedy output on the bench prompts (64 new tokens each), every
 candidate is run teacher-forced in one pass per prompt, and compared with the dense model's next-token
 distribution at every position: the mean and median KL divergence, the top-1 agreement with the dense
@@ -15,15 +19,13 @@ Candidates are of two kinds:
   max|x|^A / max|w|^(1-A), from a calibration text that is not a bench prompt);
 - real (`--kernels`): this project's target kernels as they run (specdec/kernels/target_kernels.py).
 
-    python scripts/w8a8_error.py --simulate dense,w8+a8row,w8,a8row,w8+a8g128 --kernels w8a8,q4k
+    python -m experiments.w8a8_error --simulate dense,w8+a8row,w8,a8row,w8+a8g128 --kernels w8a8,q4k
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -31,12 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from specdec.bench.policies import mode_config  # noqa: E402
-from specdec.bench.runner import DEFAULT_PROMPTS, run_ours  # noqa: E402
-from specdec.kernels.target_kernels import kernel_target  # noqa: E402
-from specdec.models.pair import load_pair  # noqa: E402
+from specdec.bench.policies import mode_config
+from specdec.bench.runner import DEFAULT_PROMPTS, run_ours
+from specdec.kernels.target_kernels import kernel_target
+from specdec.models.pair import load_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,5 @@
-"""A causal LM with its own KV cache that can be extended and rolled back."""
+"""The eager runner's model: a causal LM with its own growing KV cache (transformers' DynamicCache),
+extended by each pass and rolled back by cropping."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class CachedModel:
         # Entered around every pass: a torch function mode that reroutes F.linear (the builder's
         # choice, e.g. specdec.kernels.cpu_linear.linear_for), or None to run the model as it is.
         self.linear = linear
+        self.features: torch.Tensor | None = None  # (n, H) the last pass's final hidden states
 
     @property
     def length(self) -> int:
@@ -29,30 +31,37 @@ class CachedModel:
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, last_only: bool) -> torch.Tensor:
         """ids: (n,) tokens after the cached positions -> logits (n, V), or (1, V) if last_only.
-        Asking only for the last position's logits skips most of the vocabulary projection."""
+        Asking only for the last position's logits skips most of the vocabulary projection. The
+        pass's hidden states (after the final norm, every row) stay in `features`."""
         with self.linear() if self.linear else contextlib.nullcontext():
-            out = self.model(
-                input_ids=ids[None],
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=1 if last_only else 0,
-            )
-        return out.logits[0, :, : self.vocab_size]
+            hidden = self.model.get_decoder()(input_ids=ids[None], cache=self.cache, use_cache=True).last_hidden_state  # (1, n, H)
+            logits = self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)  # (1, n or 1, V)
+        self.features = hidden[0]
+        return logits[0, :, : self.vocab_size]
 
     def prefill(self, ids: torch.Tensor) -> None:
         if ids.numel():
             self.forward(ids, last_only=True)
-
-    def claim(self, owner, positions: int, shapes=()) -> "CachedModel":
-        """This model for a run (the runners' common interface: a static model reserves its cache
-        here, a compiled one captures its shapes); a growing cache needs nothing."""
-        return self
-
-    def release(self, owner) -> None:
-        pass
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions. (transformers >= 5.24 takes only a negative count:
         crop(-n) drops the last n positions.)"""
         if length < self.length:
             self.cache.crop(length - self.length)
+
+
+class EagerModels:
+    """The eager runner's lender: every run gets a fresh CachedModel of the same weights."""
+
+    def __init__(self, module, vocab_size: int, linear=None):
+        self.module, self.vocab_size, self.linear = module, vocab_size, linear
+
+    def claim(self, owner, positions: int, shapes=()) -> CachedModel:
+        return CachedModel(self.module, self.vocab_size, self.linear)
+
+    @property
+    def capture_s(self) -> dict:
+        return {}  # nothing is captured
+
+    def release(self, owner) -> None:
+        pass  # the run's CachedModel goes with the run

@@ -1,6 +1,6 @@
 """Drive the app from outside, as a visitor would: start app.py on a free loopback port, and call
 its /generate endpoint through gradio_client with the settings given by name. Used by the tests
-and by scripts/reliability.py."""
+(`from app_client import ...`) and by scripts/reliability.py (`from tests.app_client import ...`)."""
 
 from __future__ import annotations
 

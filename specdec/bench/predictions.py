@@ -1,0 +1,106 @@
+"""The measured speedup beside the app's three predictions, per prompt of the bench set
+(`python -m specdec bench --predictions`).
+
+Each prompt runs speculative decoding with the settings given, then plain decoding, through the
+functions the app uses (specdec.bench.side_by_side.compare_runs -> specdec.measure.metrics ->
+specdec.core.theory). The measured speedup is speculative tok/s over plain tok/s on the engine's
+own clock (prompt processing excluded); m/p is measured / predicted. The accounting ("from
+passes") takes the measured time apart into passes, so it must match within TOLERANCE on every
+prompt: time spent outside the passes is all it can miss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specdec.bench.side_by_side import compare_runs
+from specdec.core.config import GenerationConfig
+from specdec.core.theory import PredictionGap, expected_pass_counts, prediction_gap
+from specdec.measure.metrics import RunMetrics
+
+TOLERANCE = 0.10  # the largest |measured / from passes - 1| on any prompt that still counts as matching
+
+
+@dataclass(frozen=True)
+class PromptPrediction:
+    prompt: str  # prompt id
+    metrics: RunMetrics  # the speculative run's, with the plain run's decode step
+    gap: PredictionGap | None  # the measured speedup and the three predictions (None: one is missing)
+    ones: int  # drafting passes that emitted one token (the first draft token rejected)
+    full: int  # drafting passes that kept every draft token
+    expected_ones: float  # the same two counts, had acceptance been independent per token at alpha
+    expected_full: float
+    same_as_plain: bool
+
+
+def bursts(events, alpha: float) -> tuple[int, int, float, float]:
+    """Bursts show in the shape more than in the mean: (passes with 1 token, passes with every
+    draft kept, and what independent acceptance at alpha expects of each)."""
+    drafting = [e for e in events if e.drafted]
+    counts = expected_pass_counts(alpha, [len(e.drafted) for e in drafting])
+    ones = sum(1 for e in drafting if len(e.emitted) == 1)
+    full = sum(1 for e in drafting if e.accepted == len(e.drafted))
+    return ones, full, counts[0] if counts else 0.0, sum(alpha ** len(e.drafted) for e in drafting)
+
+
+def predict(pair, prompts: list[dict], config: GenerationConfig) -> list[PromptPrediction]:
+    """Each prompt's speculative run beside plain decoding, after a short warm-up of both (the
+    first passes of a process pay for allocations; a cost table is measured there, once)."""
+    first = prompts[0]
+    compare_runs(pair, first["prompt"], replace(config, max_new_tokens=8), chat=first.get("chat"), with_plain=True)
+    rows = []
+    for entry in prompts:
+        r = compare_runs(pair, entry["prompt"], config, chat=entry.get("chat"), with_plain=True)
+        gap = prediction_gap(r.speedup, r.spec) if r.speedup else None
+        rows.append(PromptPrediction(entry.get("id", "?"), r.spec, gap, *bursts(r.spec_events, r.spec.alpha),
+                                     same_as_plain=r.difference is None))
+    return rows
+
+
+def largest_gap(rows: list[PromptPrediction]) -> float | None:
+    """The largest |measured / from passes - 1| over the prompts (None: no prompt had predictions)."""
+    gaps = [abs(r.gap.ratio("from_passes") - 1) for r in rows if r.gap is not None]
+    return max(gaps) if gaps else None
+
+
+def within_tolerance(rows: list[PromptPrediction], tolerance: float = TOLERANCE) -> bool:
+    worst = largest_gap(rows)
+    return worst is not None and worst <= tolerance and all(r.gap is not None for r in rows)
+
+
+HEADER = ("| prompt | \u03b1 | accepted share | tokens / pass (expected from \u03b1) | passes with 1 / K+1 tokens (expected) | "
+          "c | verify cost | measured | textbook (m/p) | with verify cost (m/p) | from passes (m/p) | same as plain |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+
+
+def row_line(r: PromptPrediction) -> str:
+    m, g = r.metrics, r.gap
+    head = (f"| {r.prompt} | {m.alpha:.2f} | {m.accepted_share:.0%} | {m.tokens_per_pass:.2f} ({m.expected_tokens_per_pass:.2f}) | "
+            f"{r.ones} / {r.full} ({r.expected_ones:.1f} / {r.expected_full:.1f}) | ")
+    if g is None:
+        return head + "- | - | - | - | - | - | " + ("yes" if r.same_as_plain else "no") + " |"
+    return head + (f"{m.cost_ratio_c:.3f} | {m.verify_cost:.2f} | {g.measured:.2f} | {g.textbook:.2f} ({g.ratio('textbook'):.2f}) | "
+                   f"{g.with_verify_cost:.2f} ({g.ratio('with_verify_cost'):.2f}) | "
+                   f"{g.from_passes:.2f} ({g.ratio('from_passes'):.2f}) | {'yes' if r.same_as_plain else 'no'} |")
+
+
+def table(rows: list[PromptPrediction], tolerance: float = TOLERANCE) -> str:
+    """The markdown table, and whether the accounting is within `tolerance` on every prompt."""
+    worst = largest_gap(rows)
+    verdict = "yes" if within_tolerance(rows, tolerance) else "NO"
+    largest = f"largest gap {worst:.1%}" if worst is not None else "no prompt had a prediction"
+    return "\n".join([HEADER, *map(row_line, rows), "",
+                      f"accounting within {tolerance:.0%} of the measured speedup on every prompt: {verdict} ({largest})"])
+
+
+def as_json(rows: list[PromptPrediction], tolerance: float = TOLERANCE) -> dict:
+    out = []
+    for r in rows:
+        m, g = r.metrics, r.gap
+        out.append({"prompt": r.prompt, "alpha": m.alpha, "accepted_share": m.accepted_share, "tokens_per_pass": m.tokens_per_pass,
+                    "expected_tokens_per_pass": m.expected_tokens_per_pass, "passes_one_token": r.ones, "passes_all_kept": r.full,
+                    "expected_one_token": r.expected_ones, "expected_all_kept": r.expected_full, "cost_ratio_c": m.cost_ratio_c,
+                    "verify_cost": m.verify_cost, "measured": g and g.measured, "textbook": g and g.textbook,
+                    "with_verify_cost": g and g.with_verify_cost, "from_passes": g and g.from_passes, "same_as_plain": r.same_as_plain})
+    return {"prompts": out, "largest_gap": largest_gap(rows), "tolerance": tolerance,
+            "within_tolerance": within_tolerance(rows, tolerance)}

@@ -1,0 +1,115 @@
+"""`python -m specdec passes`: what one pass costs on this machine, as the runners run it.
+
+Per runner, target kernel and draft variant: the target's pass over each of `--sizes` tokens (a
+decode step is 1, the check of K drafts K + 1) and the draft's one-token pass (last row only, as
+the drafter asks), after a cache of `--context` positions. Every model and size is timed once a
+round, in turn (specdec.measure.passcost.time_rounds), so load from other processes falls on all
+of them alike; the figures are medians of `--repeats` rounds, and every ratio is of two figures
+of the same run. A compiled runner's capture comes first and is reported apart (what a process
+pays once). `--without-products` also times each pass with its matrix products replaced by zeros:
+the difference is what the products cost in a real pass.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+
+from specdec.cli.args import add_lock_arg, add_model_args, kernel_names, load, runner_names, variant_names
+from specdec.cli.passes_table import tables
+from specdec.core.variant_names import variant_parts
+from specdec.measure.lock import one_measurement
+from specdec.measure.passcost import Lane, no_products, prefilled, time_rounds
+
+
+@dataclass(frozen=True)
+class Key:
+    model: str  # "target" or "draft"
+    name: str  # its target kernel or draft variant
+    runner: str
+    products: bool = True  # False: the same passes with every matrix product replaced by zeros
+
+
+def add_passes_command(sub) -> None:
+    p = sub.add_parser("passes", help="time target passes over n tokens and draft passes, per runner, target kernel and draft variant")
+    add_model_args(p)
+    p.add_argument("--runner", default=None, help="comma-separated: eager, static, compiled (default: the measured default "
+                                                  "here); each runner's times are also given over the first's")
+    p.add_argument("--target-kernel", default="bf16", help="comma-separated: bf16, int8, q4k, w8a8 (default: bf16, the target "
+                                                           "as loaded); each decode step is also given over the first kernel's")
+    p.add_argument("--draft-variant", default=None, help="comma-separated draft variants, e.g. bf16,int4,w8a8-v32k (default: "
+                                                         "the measured default here)")
+    p.add_argument("--sizes", default="1,6", help="tokens in the timed target passes (1: a decode step; K+1: the check of K drafts)")
+    p.add_argument("--context", type=int, default=200, help="positions in the cache while timing")
+    p.add_argument("--repeats", type=int, default=7, help="rounds (medians over them)")
+    p.add_argument("--without-products", action="store_true",
+                   help="also time each pass with its matrix products replaced by zeros (eager and static runners)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_lock_arg(p)
+    p.set_defaults(func=run_passes)
+
+
+def sizes_of(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(dict.fromkeys(int(n) for n in text.split(",") if n.strip()))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"sizes must be positive integers separated by commas, got {text!r}")
+    return sizes
+
+
+def run_passes(args) -> int:
+    sizes, runners, kernels = sizes_of(args.sizes), runner_names(args), kernel_names(args)  # bad input fails before loading
+    for name in (args.draft_variant or "").split(","):
+        if name.strip():
+            variant_parts(name.strip())
+    if args.context < 1 or args.repeats < 1:
+        raise ValueError("context and repeats must be >= 1")
+    check_runners(runners, args)
+    with nullcontext() if args.no_lock else one_measurement("python -m specdec passes"):
+        pair = load(args)
+        runners = check_runners(runner_names(args, pair), args)  # the measured default, once the pair is loaded
+        variants = list(dict.fromkeys(variant_names(args, pair))) if pair.draft is not None else []
+        result = measure(pair, runners, kernels, variants, sizes, args)
+    print(json.dumps(result, ensure_ascii=False) if args.json else tables(result))
+    return 0
+
+
+def check_runners(runners: list[str], args) -> list[str]:
+    if args.without_products and "compiled" in runners:
+        raise ValueError("--without-products times eager and static passes: a compiled pass runs the products it captured")
+    return runners
+
+
+def measure(pair, runners, kernels, variants, sizes, args) -> dict:
+    """Every lane's passes timed in rounds; the medians and what the tables need."""
+    from specdec.kernels.target_kernels import kernel_target
+    from specdec.kernels.variants import draft_model, resident_gb
+    from specdec.models.machine import machine_info
+
+    context = [(i * 7919 + 13) % pair.vocab_size for i in range(args.context)]  # any tokens: a pass's cost does not depend on which
+    modules = {("target", k): kernel_target(pair, k) for k in kernels} | {("draft", v): draft_model(pair, v) for v in variants}
+    lanes, captured = {}, []
+    with ExitStack() as stack:
+        for runner in runners:
+            for (model, name), module in modules.items():
+                shapes = [(n, False) for n in sizes] if model == "target" else [(1, True)]
+                lm = stack.enter_context(prefilled(runner, module, pair.vocab_size, context, max(sizes), shapes))
+                captured += [{"model": model, "name": name, "runner": runner, "tokens": n, "seconds": s}
+                             for (n, _), s in getattr(lm, "capture_s", {}).items()]
+                own = tuple(sizes) if model == "target" else (1,)
+                lanes[Key(model, name, runner)] = Lane(lm, own, last_only=model == "draft")
+                if args.without_products:
+                    lanes[Key(model, name, runner, False)] = Lane(lm, own, model == "draft", lambda m=module: no_products(m))
+        feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]
+        time_rounds(lanes, feed, 1)  # a warm-up round: first passes pay for allocations
+        runs = time_rounds(lanes, feed, args.repeats)
+    passes = [{"model": key.model, "name": key.name, "runner": key.runner, "products": key.products, "tokens": n,
+               "median_s": statistics.median(runs[key, n]), "runs_s": runs[key, n]} for key, lane in lanes.items() for n in lane.sizes]
+    return {"pair": pair.name, "machine": machine_info(pair), "context": args.context, "repeats": args.repeats,
+            "runners": runners, "kernels": kernels, "variants": variants, "sizes": list(sizes),
+            "resident_gb": {f"{model} {name}": resident_gb(m) for (model, name), m in modules.items()},
+            "capture_s": captured, "passes": passes}

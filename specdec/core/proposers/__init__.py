@@ -1,0 +1,43 @@
+"""Who drafts: every proposer makes a Draft through one interface, and one rule picks which of a
+run's proposers drafts each step.
+
+A proposer lives for one run. The runner (specdec.core.runners.runner) starts it once the prompt is
+in, asks it for up to K tokens when it drafts a step, and tells it after every step what the target
+kept (`settle`), handing it what the check computed: the sequence on the device and the target's
+final hidden states of the positions it checked (`run.target.features`), so a drafter that reads
+the target's features needs no special case in the loop or the runner.
+
+- model.py: a small draft model that shares the target's tokenizer, K passes per draft.
+- lookup.py: prompt lookup, the tokens that followed the latest earlier match of the last n-gram.
+"""
+
+from __future__ import annotations
+
+from specdec.core.proposers.base import Draft, Proposer, nothing
+from specdec.core.proposers.lookup import LookupProposer
+from specdec.core.proposers.model import ModelProposer
+
+__all__ = ["Draft", "Proposer", "nothing", "pick", "proposers_for"]
+
+
+def proposers_for(parts, config, generator) -> list[Proposer]:
+    """A run's proposers, in the order pick() asks them (GenerationConfig.drafter): prompt lookup
+    and/or the draft model; none for plain decoding."""
+    proposers: list[Proposer] = []
+    if config.uses_lookup:
+        # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
+        # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
+        # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md).
+        proposers.append(LookupProposer(config.lookup_ngram, 2 if config.uses_draft_model else 1))
+    if config.uses_draft_model:
+        proposers.append(ModelProposer(parts.draft, config, generator))
+    return proposers
+
+
+def pick(proposers: list[Proposer], seq: list[int]) -> Proposer | None:
+    """Who drafts this step: the first of the run's proposers that has a draft after `seq` (prompt
+    lookup first, where it matches), else the last (the run's fallback); None: nothing drafts."""
+    for proposer in proposers[:-1]:
+        if proposer.has_draft(seq):
+            return proposer
+    return proposers[-1] if proposers else None

@@ -1,0 +1,47 @@
+"""What every proposer is: the Draft it makes and the interface the runner calls (specdec.core.proposers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from specdec.core.runners.runner import Runner
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A proposal: what a proposer drafted for one step."""
+
+    ids: torch.Tensor  # (K,) drafted token ids on the run's device (K may be 0: nothing drafted)
+    q: torch.Tensor | None  # (K, V) the proposer's probabilities at each drafted position; None: deterministic (one-hot on ids)
+    drafter: str  # who drafted: a proposer's name ("model", "lookup"), "" when nothing was drafted
+    counted: torch.Tensor | None = None  # 0-d on the device: how many of the K count (an early stop decided there); None: all K
+
+
+class Proposer(Protocol):
+    name: str  # StepEvent.drafter of the steps it drafts
+
+    def has_draft(self, seq: list[int]) -> bool:
+        """Whether it has something to propose after `seq` (the sequence so far, on the host)."""
+
+    def start(self, run: Runner, prompt_length: int, positions: int) -> None:
+        """The target has read the prompt but its last token: take what the run needs (a model,
+        claimed from run.claim for up to `positions` positions) and read the prompt too."""
+
+    def propose(self, run: Runner, seq: list[int], k: int) -> Draft:
+        """Up to k >= 1 tokens to follow `seq` (run.tokens holds the same on the device)."""
+
+    def settle(self, run: Runner, kept_from: int, accepted: int, length: int) -> None:
+        """The target checked a draft placed at `kept_from`, kept `accepted` of it, and the sequence
+        is now `length` long (run.tokens[:length]); run.target.features holds the check's rows."""
+
+    def close(self, run: Runner) -> None:
+        """The run is over: give back what was claimed."""
+
+
+def nothing(device: torch.device) -> Draft:
+    """The draft of a step that drafts nothing (plain decoding, or lookup without a match)."""
+    return Draft(torch.empty(0, dtype=torch.long, device=device), None, "")

@@ -1,0 +1,79 @@
+"""The draft model: a small model that shares the target's tokenizer drafts K tokens, one pass each.
+
+It runs on whatever model its runner lends it (eager, static or compiled: specdec.core.runners),
+fed from the device's copy of the sequence: the tokens it has not seen (one normally; two after a
+fully accepted draft, the last draft and the bonus token; more after steps prompt lookup drafted),
+then each token it drafts. Nothing goes from Python data to the device.
+
+The early stop (GenerationConfig.draft_confidence: stop once the draft's top probability falls
+below it) depends on where the tensors live:
+- on a CPU (FREE_READS) the "device" is host memory: reading the top probability waits for
+  nothing, so the draft stops there and makes no pass it does not need;
+- on a GPU, without a read per pass: the draft runs all K passes, and where it would have stopped
+  is computed on the device as the number of drafts that count (Draft.counted). The check then
+  ignores the drafts past it (they count as not drafted) and the host cuts them from what it
+  reads. What it costs is the draft passes after the stop, which a read per pass would save at
+  the price of a wait for the device per pass.
+Both give the same events. The stop is decided from q, known before sampling, so sampling stays exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.core.acceptance import race_sample
+from specdec.core.proposers.base import Draft
+from specdec.core.runners.static_model import DRAFT_SHAPES
+from specdec.core.sampling import probs_from_logits
+
+FREE_READS = ("cpu",)  # devices whose tensors are in host memory: reading one waits for nothing
+
+
+class ModelProposer:
+    name = "model"
+
+    def __init__(self, lender, config, generator: torch.Generator | None):
+        self.lender, self.config, self.generator = lender, config, generator  # lender: the draft model as its runner runs it
+        self.lm = None  # the RunModel claimed for the run
+
+    def has_draft(self, seq: list[int]) -> bool:
+        return True
+
+    def start(self, run, prompt_length: int, positions: int) -> None:
+        self.lm = run.claim(self.lender, positions, DRAFT_SHAPES)
+        self.lm.prefill(run.tokens[: prompt_length - 1])
+
+    def propose(self, run, seq: list[int], k: int) -> Draft:
+        cfg, lm = self.config, self.lm
+        stop_on_host = cfg.draft_confidence > 0 and lm.device.type in FREE_READS
+        logits = lm.forward(run.tokens[lm.length : len(seq)], last_only=True)  # (1, V) after the tokens it had not seen
+        ids, qs, tops = [], [], []
+        for i in range(k):
+            q = probs_from_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)  # (1, V)
+            token = logits.argmax(dim=-1) if cfg.greedy else race_sample(q, self.generator)  # (1,)
+            ids.append(token)
+            qs.append(q)
+            if i == k - 1 or stop_on_host and q.max().item() < cfg.draft_confidence:
+                break
+            tops.append(q.amax(dim=-1))
+            logits = lm.forward(token, last_only=True)
+        counted = None
+        if cfg.draft_confidence > 0 and not stop_on_host and k > 1:
+            counted = confident_prefix(torch.cat(tops), cfg.draft_confidence)
+        return Draft(torch.cat(ids), torch.cat(qs), self.name, counted)
+
+    def settle(self, run, kept_from: int, accepted: int, length: int) -> None:
+        """Forget the drafts the target turned down. The draft has fed every draft but the last;
+        after a full accept it keeps them all and feeds the last one with the bonus token next time."""
+        self.lm.crop(min(kept_from + accepted, self.lm.length))
+
+    def close(self, run) -> None:
+        self.lender.release(run)
+
+
+def confident_prefix(tops: torch.Tensor, threshold: float) -> torch.Tensor:
+    """tops: (K-1,) the draft's top probability at each drafted position but the last -> how many
+    drafts count (0-d): the drafter stops after the first draft short of the last whose top
+    probability is below the threshold: 1 + the number of confident positions before it."""
+    confident = (tops >= threshold).int()  # (K-1,)
+    return confident.cumprod(dim=0).sum() + 1

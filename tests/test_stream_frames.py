@@ -1,0 +1,121 @@
+"""One streaming loop (app.live.stream_frames) for the page: the lanes of a live run and of Run to
+end of a stepped run go through it, throttled alike. Lanes are app.view.Lane members, each filling
+its part of the view; a lane the page does not know stops the run with an error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+import pytest
+
+from app import live, stepping
+from app.page import StopFlag, build_page
+from app.step_panel import StepSession
+from app.theory import TheorySession
+from app.view import Lane, RunView
+from specdec.core.config import GenerationConfig
+from specdec.engines.vllm import PendingText
+from specdec.serving import gpu_budget, pairs
+from specdec.serving.pairs import Offer, PairStore
+from tests.conftest import run_checked, tokens
+
+PROMPT = "def add(a, b):"
+
+
+@pytest.fixture(scope="module")
+def page():
+    with gr.Blocks():
+        return build_page("tiny-random", pairs=("tiny-random",))
+
+
+@pytest.fixture(autouse=True)
+def fp32_store(monkeypatch):
+    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
+    monkeypatch.setattr(gpu_budget, "_costs", {})
+
+
+def settings(page, **overrides) -> dict:
+    values = {page.prompt: PROMPT, page.pair: "tiny-random", page.drafter: "model", page.k: 4, page.adaptive: False,
+              page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 32, page.seed: 0, page.compare: True,
+              page.show_rejected: True, page.draft_variant: "bf16", page.plain_int4: False, page.cost_k: False,
+              page.stop: StopFlag(), page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec",
+              page.spec_url: "", page.plain_url: "", page.step_state: StepSession(), page.theory_state: TheorySession()}
+    values.update({getattr(page, k): v for k, v in overrides.items()})
+    return values
+
+
+def no_progress(*args, **kwargs):
+    pass
+
+
+class Arrived:
+    """A stream whose items have all arrived, taken as torch_thread.Stream.take gives them."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def take(self, timeout: float) -> list:
+        items, self.items = self.items, []
+        return items
+
+
+def test_each_lane_fills_its_part_of_the_view(page, tiny_pair):
+    config = GenerationConfig(max_new_tokens=12, k=3)
+    spec = run_checked(tiny_pair, PROMPT, config)
+    plain = run_checked(tiny_pair, PROMPT, replace(config, drafter="none"))
+    pending = PendingText((5,), ("<b>",), 1, 0.1)
+    items = [("spec_pending", pending), *((Lane.SPEC, e) for e in spec), (Lane.PLAIN_PENDING, pending),
+             *(("plain", e) for e in plain), (Lane.LOSSY, plain[0]), ("decode_step", 0.25), (Lane.CAPTURE, 1.5), ("done", None)]
+    view, stop = RunView(config=config, dtype_name="fp32"), StopFlag()
+    frames = list(live.stream_frames(page, view, Arrived(items), stop))
+    assert view.spec == spec and view.plain == plain and view.lossy == plain[:1]
+    assert view.pending == {Lane.SPEC: ["<b>"], Lane.PLAIN: ["<b>"]} and view.pending["spec"] == ["<b>"]  # a Lane is its string
+    assert view.decode_step_s == 0.25 and view.capture == 1.5
+    assert frames == [] and not stop.is_set()  # it all came with its end: the caller draws the finished run; not stopped
+
+
+def test_a_lane_the_page_does_not_know_stops_the_run(page):
+    stop = StopFlag()
+    with pytest.raises(ValueError, match="'sideways' is not a valid Lane"):
+        list(live.stream_frames(page, RunView(config=GenerationConfig(), dtype_name="fp32"), Arrived([("sideways", 1)]), stop))
+    assert stop.is_set()
+
+
+def test_run_to_end_finishes_a_stepped_run_through_the_live_loop(page, monkeypatch, tiny_pair):
+    measured = []  # the plots flag of every frame the throttle was told the cost of
+
+    class Measuring(live.Throttle):
+        def spent(self, seconds: float, plots: bool) -> None:
+            measured.append(plots)
+            super().spent(seconds, plots)
+
+    loops = []
+    real_loop = live.stream_frames
+
+    def counted_loop(*args, **kwargs):
+        loops.append(args[2])  # the stream it reads
+        yield from real_loop(*args, **kwargs)
+
+    monkeypatch.setattr(live, "Throttle", Measuring)
+    monkeypatch.setattr(live, "stream_frames", counted_loop)
+    values = settings(page)
+    for _ in range(2):
+        out = stepping.step(page, values, no_progress)
+    assert "stepping: step 1" in out[page.status]
+    frames = list(stepping.run_to_end(page, values, no_progress))
+    last = frames[-1][page.run_view]
+    config = GenerationConfig(max_new_tokens=32, k=4, draft_variant="bf16")
+    assert tokens(last.spec) == tokens(run_checked(tiny_pair, PROMPT, config))  # two steps, then the rest: one run
+    assert tokens(last.plain) == tokens(run_checked(tiny_pair, PROMPT, replace(config, drafter="none")))
+    assert last.finished and not last.stopped and "identical to plain decoding" in frames[-1][page.stats]
+    streaming = frames[:-1]
+    assert len(loops) == 1 and len(measured) == len(streaming) >= 1  # one loop, and the throttle timed each frame
+    assert page.status in streaming[0] and not any(page.run_view in f for f in streaming[1:])  # the live loop's frames
+
+
+def test_run_to_end_without_plain_decoding_times_one_decode_step(page):
+    values = settings(page, compare=False, max_new=16)
+    stepping.step(page, values, no_progress)
+    last = list(stepping.run_to_end(page, values, no_progress))[-1][page.run_view]
+    assert not last.plain and last.decode_step_s is not None and last.decode_step_s > 0
