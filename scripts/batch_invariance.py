@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.core.cached_model import CachedModel  # noqa: E402
+from specdec.core.runners.eager_model import CachedModel  # noqa: E402
 from specdec.core.runners.static_model import StaticModel  # noqa: E402
 from specdec.kernels.cpu_linear import linear_for  # noqa: E402
 from specdec.kernels.batch_invariant import MARK, make_batch_invariant  # noqa: E402

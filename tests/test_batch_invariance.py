@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.core.cached_model import CachedModel
+from specdec.core.runners.eager_model import CachedModel
 from specdec.core.config import GenerationConfig
 from specdec.core.runners.static_model import StaticModel
 from specdec.kernels import w8a8_build
@@ -164,7 +164,7 @@ PROMPTS = (
 )
 
 
-@pytest.fixture(scope="module", params=["fp32", "bf16"])
+@pytest.fixture(scope="module", params=["fp32", "bf16"], ids=["glue_fp32", "glue_bf16"])
 def real_pair(request):
     """The embedded pair with its w8a8 target, its other parts in fp32 (an AVX2 CPU's glue) or bf16
     (an AVX-512 BF16 CPU's); load_pair keeps one pair per process, so the fp32 tests run together."""
@@ -181,21 +181,24 @@ def real_pair(request):
 @pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])
 def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
     from specdec.kernels.batch_invariant import invariant_kernel
-    from specdec.kernels.target_kernels import kernel_target
+    from specdec.kernels.target_kernels import kernel_target, release
 
     if not invariant_kernel(kernel, real_pair.dtype_name):
         pytest.skip(f"{kernel} in {real_pair.dtype_name} is not batch-invariant (oneDNN's bf16 products)")
+    release(real_pair, keep=kernel)  # one kernel's model at a time: the pair in fp32 is large
     model = kernel_target(real_pair, kernel)
     ids = real_pair.encode_prompt(PROMPTS[0] + "\n" + PROMPTS[1], chat=True, max_new_tokens=0)
     assert rows_alone_and_in_checks(model, real_pair, ids, len(ids) - 16, runner) == []
 
 
+@pytest.mark.parametrize("runner", ["eager", "static"])
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["code", "prose", "translation"])
-def test_greedy_speculative_equals_plain_on_w8a8_bit_for_bit(real_pair, prompt):
+def test_greedy_speculative_equals_plain_on_w8a8_bit_for_bit(real_pair, prompt, runner):
     from specdec.bench.side_by_side import compare_runs
+    from specdec.kernels.target_kernels import release
 
-    runner = "static" if prompt is PROMPTS[2] else "eager"  # one prompt on the static runner's path
-    config = GenerationConfig(k=5, max_new_tokens=48, target_kernel="w8a8", runner=runner)
+    release(real_pair, keep="w8a8")
+    config = GenerationConfig(k=5, max_new_tokens=32, target_kernel="w8a8", runner=runner)
     result = compare_runs(real_pair, prompt, config, with_plain=True)
     spec = [t for e in result.spec_events for t in e.emitted]
     plain = [t for e in result.plain_events for t in e.emitted]

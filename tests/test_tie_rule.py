@@ -79,7 +79,7 @@ def test_the_bounds_follow_the_kernels_rounding():
 
 def bench_row(kernel: str, identical: bool, is_tie: bool | None = None, mode: str = "best") -> Result:
     d = None if identical else {"index": 5, "margin": 0.0, "is_tie": is_tie, "kernel": kernel, "bound": tie_bound(kernel, "bf16")}
-    return Result(prompt="p", mode=mode, tokens=64, seconds=1.0, tok_s=64.0, identical_to_plain=identical, acceptance_rate=0.7,
+    return Result(prompt="p", mode=mode, tokens=64, seconds=1.0, tok_s=64.0, identical_to_plain=identical, accepted_share=0.7,
                   target_passes=20, mean_k=5.0, runs_s=[1.0], first_difference=d, target_kernel=kernel)
 
 
