@@ -1,6 +1,6 @@
 """Which ops of a target pass give a row other bits when other rows share the pass (batch invariance).
 
-    flock /tmp/specdec-bench.lock .venv/bin/python scripts/batch_invariance.py \
+    .venv/bin/python scripts/batch_invariance.py \
         [--pair tiny-random] [--dtype fp32] [--kernel w8a8] [--prefix 200] [--sizes 2,6,16] [--runners eager,static]
 
 After a cached prefix, a check of n rows is fed in one pass (n = 2, 6, 16), then the same rows one

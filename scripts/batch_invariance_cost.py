@@ -1,6 +1,6 @@
 """What batch invariance costs, and the w8a8 pass costs by rows per instruction-set path.
 
-    flock /tmp/specdec-bench.lock .venv/bin/python scripts/batch_invariance_cost.py \
+    .venv/bin/python scripts/batch_invariance_cost.py \
         [--dtype fp32] [--sizes 1,2,4,6,8] [--paths avx512,avx2] [--attention packed,rows] [--runners eager,static]
 
 The embedded target on the w8a8 kernel (or --kernel bf16: the dense target), one pass over n tokens after CONTEXT cached positions (a code
