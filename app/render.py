@@ -186,8 +186,10 @@ def render_badge(
     plain_text: str | None = None,
     margin: float | None = None,
     is_tie: bool | None = None,
+    verdict: str | None = None,
 ) -> str:
-    """Whether the speculative output equals plain decoding, and if not, where and why it may differ."""
+    """Whether the speculative output equals plain decoding, and if not, where and why it may differ
+    (verdict: the kernel's margin there judged by its own tie bound, specdec.measure.compare.tie_verdict)."""
     if identical:
         return '<div class="badge badge-identical">identical to plain decoding</div>'
 
@@ -196,7 +198,9 @@ def render_badge(
 
     where = f"token {index}" if index is not None else "an unknown token"
     msg = f"differs at {where}: spec {shown(spec_text)} vs plain {shown(plain_text)}"
-    if margin is not None:
+    if verdict is not None:
+        msg += f"; {verdict}"
+    elif margin is not None:
         msg += f", target top-2 logit margin {margin:.4f}"
         if is_tie is not None:
             msg += ": a numerical tie" if is_tie else ": not a numerical tie"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from specdec.measure.compare import departure, first_difference
+from specdec.measure.compare import departure, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
 from specdec.measure.metrics import summarize, summarize_runs
 from specdec.serving.gpu_budget import CaptureReport
@@ -65,11 +65,12 @@ def badge(view: RunView) -> str | None:
     if not view.config.greedy:
         return ('<div class="badge">sampled: each run draws its own random numbers, so their texts may differ '
                 "(both follow the target distribution)</div>")
-    diff = first_difference(view.spec, view.plain, view.dtype_name)
+    device = str(view.pair.get("device", "cpu")).split(":")[0]
+    diff = first_difference(view.spec, view.plain, view.dtype_name, view.config.target_kernel, device)
     if diff is None:
         return render.render_badge(identical=True)
     return render.render_badge(
-        identical=False, index=diff.index, margin=diff.margin, is_tie=diff.is_tie,
+        identical=False, index=diff.index, margin=diff.margin, is_tie=diff.is_tie, verdict=tie_verdict(diff),
         spec_text=None if diff.spec_token is None else diff.spec_text,  # None: that run ended first
         plain_text=None if diff.plain_token is None else diff.plain_text,
     )

@@ -15,6 +15,7 @@ from specdec.core.runners import attention, runner_model
 from specdec.core.runners.attention import GROUPED, PACKED, attention_for, grouped_sdpa, packed_sdpa
 from specdec.core.runners.eager_model import CachedModel
 from specdec.core.runners.static_model import StaticModel
+from specdec.kernels.batch_invariant import NAME as ROWS
 
 
 class Heads(torch.nn.Module):
@@ -137,7 +138,8 @@ def test_a_pair_built_on_the_cpu_and_moved_runs_cudas_path(monkeypatch):
 def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_without_a_cache(tiny_pair):
     """On the CPU the packed path; on a GPU (scripts/gpu_check.sh) CUDA's, on CUDA's kernels."""
     model = tiny_pair.target
-    assert model.config._attn_implementation == attention_for(model.device.type)
+    # ROWS once a run made the fp32 target batch-invariant
+    assert model.config._attn_implementation in (attention_for(model.device.type), ROWS)
     ids = torch.tensor([[5, 9, 17, 33, 2, 8, 40, 41, 42]], device=model.device)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
@@ -145,3 +147,20 @@ def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_wi
         check = model(input_ids=ids[:, 5:], cache=cache, use_cache=True).logits[0]  # (4, V) over 5 cached positions
         full = model(input_ids=ids).logits[0, 5:]  # the same positions without a cache
     torch.testing.assert_close(check, full, rtol=1e-5, atol=1e-5)
+
+
+def test_a_kept_attention_survives_a_runner_on_its_device_and_not_a_move(monkeypatch):
+    """A kernel layer's choice (the batch-invariant rows; here transformers' sdpa stands for it) stays
+    while the model stays on the device it was made for; moved, the model runs that device's path;
+    back, the kept one again."""
+    model = tiny_model()
+    model.set_attn_implementation("sdpa")
+    attention.keep_attention(model)
+    runner_model("static", model, 64)
+    assert model.config._attn_implementation == "sdpa" != attention_for("cpu")
+    monkeypatch.setattr(attention, "device_type", lambda model: "cuda")
+    runner_model("static", model, 64)
+    assert model.config._attn_implementation == GROUPED
+    monkeypatch.undo()
+    runner_model("eager", model, 64)
+    assert model.config._attn_implementation == "sdpa"

@@ -226,7 +226,7 @@ def test_a_failed_build_is_reported_not_retried(tmp_path, monkeypatch):
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(w8a8_build, "SOURCE", broken)
+    monkeypatch.setattr(w8a8_build, "SOURCES", (broken,))
     assert w8a8_build.unavailable_reason() is None  # not built yet: offered, built on first use
     with pytest.raises(ValueError, match="its build failed"):
         w8a8_build.build(progress=False)

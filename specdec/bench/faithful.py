@@ -13,7 +13,7 @@ from dataclasses import replace
 from specdec.bench.policies import mode_config
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.engines.ours import OurSource
-from specdec.measure.compare import TIE_MARGIN, departure, first_difference
+from specdec.measure.compare import departure, first_difference, tie_bound
 from specdec.measure.faithfulness import faithfulness
 from specdec.kernels.faithfulness_record import REFERENCE_KERNEL
 
@@ -37,8 +37,8 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
         reference = plan.references[pid] = runs["plain"][0]["ids"]
         predicted, margins = forcing_source(plan, "plain", kernel).forced_top2(prompt_ids, reference)
         plan.forced[pid, "plain", kernel] = predicted
-        tie = TIE_MARGIN.get(plan.pair.dtype_name, TIE_MARGIN["fp32"])
-        plan.ties[pid] = [m < tie for m in margins]
+        tie = tie_bound(None, plan.pair.dtype_name)  # the reference's rounding: a tie in its dtype, batch-invariant or not
+        plan.ties[pid] = [m <= tie for m in margins]
     reference = plan.references.get(pid)
     if reference is None:
         return
@@ -54,11 +54,12 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
         result.top1_agree_bf16_untied, result.bf16_tied = figures.top1_agreement_untied, figures.tied
 
 
-def describe_difference(result, first: dict, reference: dict, plain: dict, dtype_name: str) -> None:
+def describe_difference(result, first: dict, reference: dict, plain: dict, dtype_name: str, device: str = "cpu") -> None:
     """Where a run (`first`, its first repeat) leaves the run it is judged against: for the lossy
     lane, our plain run on the dense target (`plain`), its departure and agreement over 64 tokens;
     for an exact mode that was not identical to its plain run (`reference`: ours, or a real engine's
-    own), the first difference and whether the target's top-2 margin there makes it a tie."""
+    own), the first difference and whether the top-2 margin there, reported by the kernel that ran, makes
+    it a tie by that kernel's own bound (specdec.measure.compare.tie_bound: none on a batch-invariant kernel)."""
     if result.mode == "plain_int4":
         d = departure(first["events"], plain["events"], dtype_name)
         result.first_difference = None if d.difference is None else {
@@ -66,9 +67,11 @@ def describe_difference(result, first: dict, reference: dict, plain: dict, dtype
             "lossy_text": d.difference.spec_text, "exact_text": d.difference.plain_text}
         result.agree_first_64 = d.agree
     elif result.identical_to_plain is False and "events" in first:
-        d = first_difference(first["events"], reference["events"], dtype_name)
-        result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token,
-                                   "text": d.spec_text, "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie}
+        kernel = result.target_kernel if result.runner else None  # ours; transformers' and real engines' are judged by dtype
+        d = first_difference(first["events"], reference["events"], dtype_name, kernel, device)
+        result.first_difference = {"index": d.index, "token": d.spec_token, "plain_token": d.plain_token, "text": d.spec_text,
+                                   "plain_text": d.plain_text, "margin": d.margin, "is_tie": d.is_tie, "kernel": d.kernel,
+                                   "bound": d.bound}
 
 
 def forcing_source(plan, mode: str, kernel: str):

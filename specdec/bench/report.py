@@ -12,6 +12,7 @@ import statistics
 from specdec.bench.modes import OUR_MODES
 from specdec.bench.policies import split_mode
 from specdec.engines.bench_servers import OWN_PLAIN
+from specdec.measure.compare import tie_bound
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.measure.positions import position_acceptance
 from specdec.models.machine import REPORTED_FLAGS
@@ -99,6 +100,20 @@ def summarize_results(results: list, events: dict, modes, draft_gb: dict) -> dic
         summary["plain_int4"] = {p: {"first_difference": by[p, "plain_int4"].first_difference,
                                      "agree_first_64": by[p, "plain_int4"].agree_first_64} for p in prompts}
     return summary
+
+
+def exactness(results: list, kernel: str, dtype_name: str, device: str = "cpu") -> dict:
+    """Whether our exact modes that draft kept plain's output on `kernel`, judged by the kernel's own
+    rounding: a batch-invariant kernel must never depart; any other may depart only at a tie of its
+    own top-2 logits (specdec.measure.compare.tie_bound). results: bench.Result records of one lane."""
+    runs = [r for r in results if r.identical_to_plain is not None and split_mode(r.mode)[0] in OUR_MODES and r.mode != "plain_int4"]
+    departed = [r for r in runs if not r.identical_to_plain]
+    ties = [r for r in departed if (r.first_difference or {}).get("is_tie")]
+    bound = tie_bound(kernel, dtype_name, device)
+    invariant = bound is None
+    return {"kernel": kernel, "batch_invariant": invariant, "tie_bound": bound, "runs": len(runs),
+            "departures": len(departed), "ties": len(ties),
+            "met": not departed if invariant else len(ties) == len(departed)}
 
 
 def by_mode_ours(modes) -> list:
@@ -198,7 +213,7 @@ def table(report: dict) -> str:
         if d and "lossy_text" in d:
             line += f"  departs at {d['index']}: {d['lossy_text']!r} for {d['exact_text']!r}; {r['agree_first_64']}/64 agree"
         elif d:
-            why = "" if d["margin"] is None else f", margin {d['margin']:.3f}{' (a tie)' if d['is_tie'] else ' (NOT a tie)'}"
+            why = "" if d["margin"] is None else f", {lane[id(r)][0] or 'the'} kernel's margin {d['margin']:.3f}{departure_label(d)}"
             line += f"  differs at {d['index']}: {d['text']!r} for {d['plain_text']!r}{why}"
         lines.append(line)
     return "\n".join(lines + [""] + summary_lines(report))
@@ -222,7 +237,7 @@ def summary_lines(report: dict) -> list[str]:
             f"{m} " + " ".join("-" if r is None else f"{r:.0%}" for r in v["rates"]) for m, v in s["acceptance_by_position"].items()))
     if s["draft_memory_gb"]:
         lines.append("draft resident memory: " + ", ".join(f"{m} {v:.2f} GB" for m, v in s["draft_memory_gb"].items()))
-    lines += fastest_lines(s.get("fastest_exact")) + faithfulness_lines(s)
+    lines += fastest_lines(s.get("fastest_exact")) + exactness_lines(s) + faithfulness_lines(s)
     lev = s.get("leviathan")
     if lev and lev["c"] is not None:
         lines.append(f"spec measured/predicted (prefill excluded): textbook {lev['measured_over_textbook']:.2f}, with measured "
@@ -247,6 +262,24 @@ def fastest_lines(fastest: dict | None) -> list[str]:
     return lines
 
 
+def exactness_lines(s: dict) -> list[str]:
+    """Per lane: did speculation keep plain's output, by the kernel's own rule (exactness above)."""
+    lines = []
+    for lane, ls in (s.get("by_lane") or s.get("by_kernel") or {None: s}).items():
+        e = ls.get("exactness")
+        if not e or not e["runs"]:
+            continue
+        name = lane or e["kernel"]
+        if e["batch_invariant"]:
+            rule = "batch-invariant, so speculative output must equal plain output bit for bit"
+        else:
+            rule = f"not batch-invariant, so speculative output may leave plain output at a tie (top-2 within {e['tie_bound']:g})"
+        verdict = "met" if e["met"] else "NOT MET"
+        lines.append(f"exact on {name}: {rule}; {e['runs'] - e['departures']} of {e['runs']} runs identical, "
+                     f"{e['departures']} departed ({e['ties']} at a tie): {verdict}")
+    return lines
+
+
 def faithfulness_lines(s: dict) -> list[str]:
     """Each plain run against bf16 plain decoding: mean top-1 agreement under teacher forcing (over all
     positions, and over those where bf16's own top-2 logits are not tied), and where the greedy text
@@ -262,6 +295,13 @@ def faithfulness_lines(s: dict) -> list[str]:
                                                       f"({f['bf16_tied']} tied positions on {len(f['departs_bf16_at'])} prompts)")
             lines.append(f"faithful to bf16 plain: {label} top-1 {f['top1_agree_bf16']:.3f}{where_untied}, departs at {where}")
     return lines
+
+
+def departure_label(d: dict) -> str:
+    """' (a tie)', ' (NOT a tie)', or on a batch-invariant kernel (no tie bound) ' (NOT a tie: batch-invariant kernel)'."""
+    if d.get("is_tie"):
+        return " (a tie)"
+    return " (NOT a tie: batch-invariant kernel)" if d.get("kernel") and d.get("bound") is None else " (NOT a tie)"
 
 
 def lane_label(kernel: str | None, runner: str | None, kernels: bool, runners: bool) -> str:

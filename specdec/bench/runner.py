@@ -24,7 +24,7 @@ from specdec.bench import faithful
 from specdec.bench.hf import run_hf
 from specdec.bench.modes import DEFAULT_MODES, DRAFT_MODES, MODES, OUR_MODES
 from specdec.bench.policies import best_description, mode_config, split_mode
-from specdec.bench.report import geomean, lanes_summary, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
+from specdec.bench.report import exactness, geomean, lanes_summary, summarize_results, table  # noqa: F401 (table: the report's text, beside bench)
 from specdec.models.machine import machine_info
 from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
@@ -279,7 +279,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
     )
     if first.get("events") and (positions := position_acceptance(first["events"])).steps:  # transformers' modes have no steps
         result.acceptance_by_position, result.tested_by_position = list(positions.rates), list(positions.tested)
-    faithful.describe_difference(result, first, reference, runs["plain"][0], pair.dtype_name)
+    faithful.describe_difference(result, first, reference, runs["plain"][0], pair.dtype_name, pair.device.type)
     return result
 
 
@@ -290,6 +290,7 @@ def kernel_summary(plan: Plan, results: list[Result], events: dict, modes: list[
     summary = summarize_results(results, events, modes, draft_gb)
     summary["target_memory_gb"] = {"plain": resident_gb(kernel_target(pair, kernel))}
     summary["faithfulness"] = faithful.summary(results)
+    summary["exactness"] = exactness(results, kernel, pair.dtype_name, pair.device.type)
     if "plain_int4" in modes:
         summary["target_memory_gb"]["plain_int4"] = resident_gb(target_model(pair, "int4"))
     return summary

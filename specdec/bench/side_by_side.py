@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from specdec.measure.compare import Difference, agreement, first_difference
+from specdec.measure.compare import Difference, agreement, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
@@ -117,8 +117,7 @@ class RunResult:
             if d is None:
                 parts.append("identical to plain")
             else:
-                cause = "a numerical tie" if d.is_tie else "NOT a tie"
-                parts.append(f"differs at token {d.index}: {d.spec_text!r} vs {d.plain_text!r} (top-2 margin {d.margin:.4f}, {cause})")
+                parts.append(f"differs at token {d.index}: {d.spec_text!r} vs {d.plain_text!r} ({tie_verdict(d)})")
         if self.lossy is not None:
             d = self.lossy_difference
             where = "identical to the exact target" if d is None else (
@@ -141,7 +140,7 @@ def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=No
         plain_events = list(OurSource(pair, config).plain().run(prompt, chat=chat))
         result.plain_events = plain_events
         result.plain = summarize(plain_events)
-        result.difference = first_difference(spec_events, plain_events, pair.dtype_name)
+        result.difference = first_difference(spec_events, plain_events, pair.dtype_name, config.target_kernel, pair.device.type)
         result.spec = summarize_runs(spec_events, plain_events)
     else:
         result.spec = summarize_runs(spec_events, decode_step_s=time_decode_step(decoding))

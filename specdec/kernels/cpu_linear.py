@@ -52,10 +52,34 @@ class CpuLinear(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class FixedOrderLinear(CpuLinear):
+    """CpuLinear for a batch-invariant model (specdec/kernels/batch_invariant.py): fp32 products of up
+    to SMALL_BATCH_ROWS rows run `torch.ops.specdec.linear_rows`, each output summed in one fixed order
+    whatever the number of rows (BLAS blocks its sums by the rows: a check's rows moved in their last
+    bits against one-token passes). It streams the weight once for all rows, as the transposed product
+    above does (measured: docs/benchmarks.md, "Batch invariance"). Longer passes (a prompt's prefill,
+    shared by speculative and plain runs alike) keep CpuLinear's way."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            rows = x.numel() // x.shape[-1]
+            if x.dtype == weight.dtype == torch.float32 and rows <= SMALL_BATCH_ROWS and weight.is_contiguous():
+                return torch.ops.specdec.linear_rows(x, weight, bias)
+        return super().__torch_function__(func, types, args, kwargs)
+
+
 def linear_for(model) -> type[CpuLinear] | None:
-    """CpuLinear for a model whose passes it can change, else None. It only ever changes fp32
-    products, and half-precision ones on a CPU without native bf16; elsewhere it would only add a
-    Python call to every torch op (about 5 ms of a 32 ms int4 draft pass, AVX-512 BF16 machine)."""
+    """CpuLinear for a model whose passes it can change (FixedOrderLinear for a batch-invariant one),
+    else None. It only ever changes fp32 products, and half-precision ones on a CPU without native
+    bf16; elsewhere it would only add a Python call to every torch op (about 5 ms of a 32 ms int4
+    draft pass, AVX-512 BF16 machine)."""
+    from specdec.kernels.batch_invariant import is_batch_invariant
+
     dtype = getattr(model, "dtype", torch.float32)
     on_cpu = model.device.type == "cpu"
-    return CpuLinear if on_cpu and (dtype == torch.float32 or not NATIVE_BF16) else None
+    if not (on_cpu and (dtype == torch.float32 or not NATIVE_BF16)):
+        return None
+    return FixedOrderLinear if is_batch_invariant(model) and dtype == torch.float32 else CpuLinear

@@ -32,6 +32,7 @@ converted target (`<target folder>.<kernel>/`), keyed on what they were built fr
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from torch import nn
 
 from specdec.core.variant_names import needs_w8a8, parse_kernel
 from specdec.kernels import w8a8_build
+from specdec.kernels.batch_invariant import invariant_kernel, make_batch_invariant
 from specdec.models import machine
 
 FORMAT = 1  # layout of a stored q4k kernel; bump it to have old ones rebuilt
@@ -51,18 +53,23 @@ ACTIVATION = {"cpu-avx2": torch.bfloat16, "cpu-avx512_bf16": torch.bfloat16}
 
 def kernel_target(pair, name: str) -> nn.Module:
     """The target of `pair` as run by kernel `name`: the pair's own, kept from before, loaded from
-    the disk cache, or built (and stored)."""
+    the disk cache, or built (and stored). Batch-invariant where specdec/kernels/batch_invariant.py
+    says the kernel can be (a check gives each row a one-token pass's bits)."""
     parse_kernel(name)
     if name == "bf16":
-        return pair.target
-    if needs_w8a8(name):
-        w8a8_build.require(pair.device)
-    key = f"kernel:{name}"
-    if key not in pair.variants:
-        model = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
-        model.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
-        pair.variants[key] = model
-    return pair.variants[key]
+        model = pair.target
+    else:
+        if needs_w8a8(name):
+            w8a8_build.require(pair.device)
+        key = f"kernel:{name}"
+        if key not in pair.variants:
+            built = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
+            built.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
+            pair.variants[key] = built
+        model = pair.variants[key]
+    if invariant_kernel(name, pair.dtype_name, pair.device):
+        make_batch_invariant(model)  # idempotent
+    return model
 
 
 def release(pair, keep: str | None = None) -> None:
@@ -229,7 +236,7 @@ def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, comput
     from specdec.kernels.variant_store import fill_the_rest
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)  # its own: see variant_store.assemble
     if "lm_head.weight" in tensors or "lm_head" in layout:  # the GGUF stores its own head: untie it
         model.config.tie_word_embeddings = False
         model.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="meta")

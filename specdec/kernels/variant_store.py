@@ -10,6 +10,7 @@ when it was built from the same inputs and its files are whole (the disk cache, 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -109,7 +110,9 @@ def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: to
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        # A config of its own: transformers keeps the object it is given, and a model's attention is
+        # chosen on its config (specdec/kernels/batch_invariant.py switches one model, not its base).
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     vocab = config.vocab_size
     for name, entry in layout.items():
         bits, group = entry.get("bits"), entry.get("group", 0)

@@ -1,8 +1,9 @@
-"""The W8A8 kernel's library (specdec/kernels/csrc/w8a8.cpp): built once with the system's C++
-compiler against torch's own headers and libraries, cached, loaded as the torch ops
-`torch.ops.specdec.w8a8_linear` and `torch.ops.specdec.w8a8_paths`; and whether this machine can run it.
+"""The W8A8 kernel's library (specdec/kernels/csrc/: w8a8.cpp, and attention_rows.cpp, the
+batch-invariant attention of a w8a8 target): built once with the system's C++ compiler against
+torch's own headers and libraries, cached, loaded as the torch ops `torch.ops.specdec.w8a8_linear`,
+`torch.ops.specdec.w8a8_paths` and `torch.ops.specdec.attention_rows`; and whether this machine can run it.
 
-The cache folder is `<cache>/kernels/w8a8-<key>/`, the key a hash of the source, torch's version, the
+The cache folder is `<cache>/kernels/w8a8-<key>/`, the key a hash of the sources, torch's version, the
 compiler's version and the flags, so any change there builds anew and nothing else ever does. The
 library is written into a temporary folder that is renamed into place when complete: an interrupted
 build never looks complete. A failed build leaves its log in `w8a8-<key>.failed/`, and the kernel is
@@ -30,7 +31,7 @@ from pathlib import Path
 from specdec.models import machine
 from specdec.models.bundle import cache_root
 
-SOURCE = Path(__file__).resolve().parent / "csrc" / "w8a8.cpp"
+SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("w8a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")
@@ -74,7 +75,7 @@ def build_key(cxx: str) -> str:
     """A short hash of everything the built library depends on."""
     import torch
 
-    text = "\n".join([SOURCE.read_text(), torch.__version__, compiler_version(cxx), " ".join(FLAGS), platform.machine()])
+    text = "\n".join([*(source.read_text() for source in SOURCES), torch.__version__, compiler_version(cxx), " ".join(FLAGS), platform.machine()])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -132,6 +133,9 @@ def load(progress: bool = True) -> Path:
         # shape with n columns, in the input's dtype. Without it a compiled runner cannot capture a pass.
         torch.library.register_fake("specdec::w8a8_linear")(
             lambda x, packed, w_scale, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
+        torch.library.register_fake("specdec::attention_rows")(  # (B, H, L, D) queries -> (B, L, H, D)
+            lambda q, k, v, mask, scale: q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3])))
+        torch.library.register_fake("specdec::linear_rows")(lambda x, w, bias: x.new_empty((*x.shape[:-1], w.shape[0])))
         _loaded.append(path)
         return path
 
@@ -145,7 +149,7 @@ def build(progress: bool = True) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     includes, libraries = _torch_paths()
     with tempfile.TemporaryDirectory(prefix=f".{folder.name}.", dir=folder.parent, ignore_cleanup_errors=True) as tmp:
-        argv = [cxx, *FLAGS, *(f for p in includes for f in ("-isystem", p)), str(SOURCE), "-o", str(Path(tmp) / LIBRARY),
+        argv = [cxx, *FLAGS, *(f for p in includes for f in ("-isystem", p)), *map(str, SOURCES), "-o", str(Path(tmp) / LIBRARY),
                 *(f"-L{p}" for p in libraries), "-lc10", "-ltorch_cpu", *(f"-Wl,-rpath,{p}" for p in libraries)]
         code, log = _compile(argv, progress)
         if code != 0:

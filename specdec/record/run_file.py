@@ -73,7 +73,8 @@ class RunRecord:
         if plain is not None and plain.tokens_per_s > 0:
             out["speedup"] = spec.tokens_per_s / plain.tokens_per_s
         if plain is not None and not self.stopped and self.config.greedy:
-            diff = first_difference(self.spec, self.plain, self.pair.get("dtype", "fp32"))
+            diff = first_difference(self.spec, self.plain, self.pair.get("dtype", "fp32"), self.config.target_kernel,
+                                    str(self.pair.get("device", "cpu")).split(":")[0])
             out["identical_to_plain"] = diff is None
             out["first_difference"] = diff.as_dict() if diff else None
         return out

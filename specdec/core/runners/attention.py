@@ -80,20 +80,32 @@ def device_type(model) -> str:
     return model.device.type
 
 
+KEPT = "_specdec_kept_attention"  # (device type, implementation): an attention chosen for the model on that device
+
+
+def keep_attention(model) -> None:
+    """Keep the attention the model runs now while it stays on this device: a kernel layer chose it
+    (the batch-invariant rows of specdec/kernels/batch_invariant.py), and a runner must not reset it."""
+    setattr(model, KEPT, (device_type(model), model.config._attn_implementation))
+
+
 def use_device_attention(model) -> str | None:
-    """Set the model's attention to its device's path (a no-op when it already runs it, or when the
-    module is no transformers model) -> the implementation it now runs, or None."""
+    """Set the model's attention to its device's path, or to the one kept for it on this device (a
+    no-op when it already runs it, or when the module is no transformers model) -> the
+    implementation it now runs, or None."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "set_attn_implementation"):
         return None
-    name = attention_for(device_type(model))
+    kept_on, kept = getattr(model, KEPT, (None, None))
+    name = kept if kept_on == device_type(model) else attention_for(device_type(model))
     if config._attn_implementation != name:
-        _register()
+        register_paths()
         model.set_attn_implementation(name)
     return name
 
 
-def _register() -> None:
+def register_paths() -> None:
+    """Make every device's path known to transformers by name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

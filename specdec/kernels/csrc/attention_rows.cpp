@@ -1,0 +1,199 @@
+// Attention over a KV cache, one query row at a time in a fixed order: the same bits for a row
+// whatever else shares the pass (batch invariance).
+//
+//   out[b, i, h] = sum_t p[t] v[b, g, key_t] / sum_t p[t],  p[t] = exp(s[t] - max_t s),
+//   s[t] = scale * (q[b, h, i] . k[b, g, key_t]),  g = h / (H / KV),
+//
+// where key_0 < key_1 < ... are the keys row i may see: mask[b, 0, i, j] true, or, with no mask, the
+// causal rule j <= C - L + i (the row's own position in a cache of C positions fed L new ones).
+//
+// torch's CPU attention sums over keys in blocks whose layout depends on the query length and on
+// the key span it is handed (the whole cache with a mask, or exactly the valid keys), so a row's
+// output changed in its last bits between a one-token pass and a check of several tokens; the int8
+// activation rounding of the next layer turns such bits into whole quantization steps. Here every
+// sum of a row runs over that row's own valid keys only, in key order, with one fixed vector layout,
+// and each (batch, key/value head, row) is one work item computed alone: a row does not see the
+// query length, the cache's capacity, the masked keys or the thread that ran it.
+//
+// Arithmetic in fp32 whatever the cache's dtype (bf16 keys and values are widened exactly); the
+// exponential is one fixed polynomial (Cephes' expf, about 1 ulp) used for every score. The library
+// is built with -ffp-contract=off, so no fused multiply-add changes a rounding.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int kLanes = 8;       // fp32 lanes of an AVX2 vector
+constexpr int kMaxGroup = 16;   // query heads per key/value head this kernel takes
+
+__attribute__((target("avx2"))) inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2"))) inline __m256 widen8(const c10::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // bf16 -> fp32: the high 16 bits
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// The 8 lanes added in one fixed order: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two.
+__attribute__((target("avx2"))) inline float lane_sum(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+
+// exp(x) for 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by Cephes' degree-5 polynomial, times 2^n.
+// Below -87.3 (e^x under the smallest normal float) it gives 0.
+__attribute__((target("avx2"))) inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(c));
+  }
+  y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(y, r), r), r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
+}
+
+// q . k over D columns: 8 lanes summed in column order, the tail (D % 8) after them, then the lanes.
+template <typename T>
+__attribute__((target("avx2"))) inline float dot(const float* q, const T* k, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + kLanes <= D; d += kLanes) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), widen8(k + d)));
+  float sum = lane_sum(acc);
+  for (; d < D; ++d) sum += q[d] * static_cast<float>(k[d]);
+  return sum;
+}
+
+struct Shape {
+  int64_t B, H, KV, L, C, D, group;
+};
+
+// One work item: batch b, key/value head g, query row i, for the `group` query heads sharing g.
+// scores: scratch of group * (C + kLanes) floats; keys: scratch of C ints; qf: group * D floats.
+template <typename T>
+__attribute__((target("avx2"))) void row(const T* q, const T* k, const T* v, const bool* mask, T* out, const Shape& s,
+                                         const int64_t* qs, const int64_t* ks, const int64_t* vs, float scale, int64_t b,
+                                         int64_t g, int64_t i, float* scores, int32_t* keys, float* qf) {
+  int64_t n = 0;  // the keys this row sees, in order
+  if (mask != nullptr) {
+    const bool* m = mask + (b * s.L + i) * s.C;
+    for (int64_t j = 0; j < s.C; ++j) if (m[j]) keys[n++] = static_cast<int32_t>(j);
+  } else {
+    for (int64_t j = 0; j <= s.C - s.L + i; ++j) keys[n++] = static_cast<int32_t>(j);
+  }
+  const int64_t padded = (n + kLanes - 1) / kLanes * kLanes, G = s.group;
+  for (int64_t h = 0; h < G; ++h) {
+    const T* qr = q + b * qs[0] + (g * G + h) * qs[1] + i * qs[2];
+    for (int64_t d = 0; d < s.D; ++d) qf[h * s.D + d] = static_cast<float>(qr[d]);
+  }
+  const T* kb = k + b * ks[0] + g * ks[1];
+  for (int64_t t = 0; t < n; ++t) {
+    const T* kr = kb + keys[t] * ks[2];
+    for (int64_t h = 0; h < G; ++h) scores[h * padded + t] = dot(qf + h * s.D, kr, s.D) * scale;
+  }
+  const T* vb = v + b * vs[0] + g * vs[1];
+  std::vector<float> acc(s.D);
+  for (int64_t h = 0; h < G; ++h) {
+    float* p = scores + h * padded;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < n; ++t) top = std::max(top, p[t]);
+    const __m256 vtop = _mm256_set1_ps(top);
+    __m256 total = _mm256_setzero_ps();
+    for (int64_t t = 0; t < padded; t += kLanes) {  // lanes past n are set to 0 after the exponential
+      __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), vtop));
+      if (t + kLanes > n) {
+        alignas(32) float lanes[kLanes];
+        _mm256_store_ps(lanes, e);
+        for (int64_t u = n - t; u < kLanes; ++u) lanes[u] = 0.0f;
+        e = _mm256_load_ps(lanes);
+      }
+      _mm256_storeu_ps(p + t, e);
+      total = _mm256_add_ps(total, e);
+    }
+    const float sum = lane_sum(total);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t t = 0; t < n; ++t) {  // sum_t p[t] v[key_t], in key order
+      const T* vr = vb + keys[t] * vs[2];
+      const __m256 pt = _mm256_set1_ps(p[t]);
+      int64_t d = 0;
+      for (; d + kLanes <= s.D; d += kLanes) {
+        _mm256_storeu_ps(acc.data() + d, _mm256_add_ps(_mm256_loadu_ps(acc.data() + d), _mm256_mul_ps(pt, widen8(vr + d))));
+      }
+      for (; d < s.D; ++d) acc[d] += p[t] * static_cast<float>(vr[d]);
+    }
+    T* o = out + ((b * s.L + i) * s.H + g * G + h) * s.D;  // out is (B, L, H, D), contiguous
+    for (int64_t d = 0; d < s.D; ++d) o[d] = static_cast<T>(n > 0 ? acc[d] / sum : 0.0f);
+  }
+}
+
+template <typename T>
+void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const bool* mask, at::Tensor& out, const Shape& s, float scale) {
+  const int64_t qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
+                vs[3] = {v.stride(0), v.stride(1), v.stride(2)};
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int64_t items = s.B * s.KV * s.L;
+  const int64_t work = s.H * s.L * s.C * s.D;  // multiply-adds of the whole call, about
+  at::parallel_for(0, items, work >= (1 << 18) ? 1 : items, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(s.group * (s.C + kLanes)), qf(s.group * s.D);
+    std::vector<int32_t> keys(s.C);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item % s.L, g = (item / s.L) % s.KV, b = item / (s.L * s.KV);
+      row<T>(qp, kp, vp, mask, op, s, qs, ks, vs, scale, b, g, i, scores.data(), keys.data(), qf.data());
+    }
+  });
+}
+
+// q (B, H, L, D), k and v (B, KV, C, D) of q's dtype (fp32 or bf16, last dim contiguous); mask None
+// (causal) or bool (B or 1, 1, L, C). Returns (B, L, H, D) in q's dtype.
+at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& mask,
+                          double scale) {
+  TORCH_CHECK(__builtin_cpu_supports("avx2"), "attention_rows: this CPU has no AVX2");
+  TORCH_CHECK(q.device().is_cpu() && k_in.device().is_cpu() && v_in.device().is_cpu(), "attention_rows runs on a CPU");
+  TORCH_CHECK(q.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "attention_rows: q, k and v must be 4-dimensional");
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16, "attention_rows: q must be float32 or bfloat16");
+  TORCH_CHECK(k_in.scalar_type() == q.scalar_type() && v_in.scalar_type() == q.scalar_type(), "attention_rows: k and v must have q's dtype");
+  const at::Tensor k = k_in.stride(-1) == 1 ? k_in : k_in.contiguous(), v = v_in.stride(-1) == 1 ? v_in : v_in.contiguous();
+  const at::Tensor qc = q.stride(-1) == 1 ? q : q.contiguous();
+  Shape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 0};
+  TORCH_CHECK(k.size(0) == s.B && v.sizes() == k.sizes() && k.size(3) == s.D, "attention_rows: k and v must be (B, KV, C, D) with q's B and D");
+  TORCH_CHECK(s.KV > 0 && s.H % s.KV == 0 && s.H / s.KV <= kMaxGroup, "attention_rows: query heads must be a multiple of key/value heads");
+  s.group = s.H / s.KV;
+  TORCH_CHECK(mask.has_value() || s.C >= s.L, "attention_rows: a causal pass needs the cache to hold its own rows");
+  at::Tensor m;
+  if (mask.has_value()) {
+    TORCH_CHECK(mask->scalar_type() == at::kBool && mask->dim() == 4 && mask->size(-1) == s.C && mask->size(-2) == s.L,
+                "attention_rows: the mask must be bool (B, 1, L, C)");
+    m = mask->expand({s.B, 1, s.L, s.C}).contiguous();
+  }
+  at::Tensor out = at::empty({s.B, s.L, s.H, s.D}, q.options());
+  if (out.numel() == 0) return out;
+  const bool* mp = mask.has_value() ? m.data_ptr<bool>() : nullptr;
+  if (q.scalar_type() == at::kFloat) run<float>(qc, k, v, mp, out, s, static_cast<float>(scale));
+  else run<c10::BFloat16>(qc, k, v, mp, out, s, static_cast<float>(scale));
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(specdec, m) {
+  m.def("attention_rows(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(specdec, CPU, m) { m.impl("attention_rows", &attention_rows); }
