@@ -177,6 +177,7 @@ def real_pair(request):
     return load_pair(DEFAULT_PAIR, dtype=request.param)
 
 
+@pytest.mark.all_threads
 @pytest.mark.parametrize("runner", ["eager", "static"])
 @pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])
 def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
@@ -191,6 +192,7 @@ def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
     assert rows_alone_and_in_checks(model, real_pair, ids, len(ids) - 16, runner) == []
 
 
+@pytest.mark.all_threads
 @pytest.mark.parametrize("runner", ["eager", "static"])
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["code", "prose", "translation"])
 def test_greedy_speculative_equals_plain_on_w8a8_bit_for_bit(real_pair, prompt, runner):
