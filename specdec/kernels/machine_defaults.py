@@ -64,18 +64,22 @@ SAFE = MachineDefaults("bf16", "bf16", "model", "eager", "fixed", "the safe star
 # page runs the same drafter and policy (with its own k_max, and no confidence stop).
 MEASURED: dict[str, MachineDefaults] = {
     "cpu-avx512_bf16": MachineDefaults(
-        "bf16", "int4", "auto", "eager", "cost",
-        "the fastest exact configuration measured on this kind (the bench's best mode with the int4 draft, 2.60x plain "
-        "decoding). w8a8 ran best at 16.73 tok/s (the dense target 7.18) but is not shown exact: its departures from "
-        "plain were judged by bf16's margins, not its own. Eager, as compiling pays back only after minutes per process",
-        Measurement("python -m specdec bench --modes plain,spec,best,hf_assisted --max-new-tokens 64",
-                    "`best` with the int4 draft 2.60x plain (geomean of 6 prompts, slowest 1.86x), output equal to plain",
-                    "2-core AMD EPYC, AVX-512 BF16", f"{DOCS}#confirmation-run-with-the-new-default")),
+        "w8a8", "int4", "auto", "eager", "cost",
+        "the fastest exact configuration measured on this kind: the bench's best mode on the w8a8 target, which is "
+        "batch-invariant, so its speculative output equals plain decoding bit for bit (1.63x the dense target's best). "
+        "The trained head drafts cheaper but is accepted too rarely yet (1.02x w8a8 plain). Eager, as compiling pays "
+        "back only after minutes per process",
+        Measurement("python -m specdec bench --target-kernel w8a8,bf16 "
+                    "--modes plain,best,head,best_head,llamacpp_plain,llamacpp_spec --max-new-tokens 64 --k 3",
+                    "`best` on w8a8 10.39 tok/s, 1.17x w8a8 plain (geomean of 6 prompts), equal to plain bit for bit on 6 of 6",
+                    "2-core Intel Xeon, AVX-512 BF16, AMX",
+                    f"{DOCS}#one-run-w8a8-batch-invariant-and-the-trained-head-avx-512-bf16-machine")),
     "cpu-avx2": MachineDefaults(
         "int8", "bf16", "auto", "eager", "cost",
         "the fastest exact configuration measured on this kind (the bench's best mode on int8, 2.00 tok/s; dense 1.79, "
         "q4k 1.92). Drafting pays little on this CPU, so K comes from its pass costs (0 where drafting would "
-        "not pay). w8a8 is left out: its speculative output departed from plain away from ties on AVX2",
+        "not pay). w8a8 is left out: it departed from plain away from ties there before it was made batch-invariant, "
+        "and its speed on AVX2 has not been measured since",
         Measurement("python -m specdec bench --prompts PROMPTS --target-kernel bf16,int8,q4k "
                     "--modes plain,spec,best,llamacpp_spec --max-new-tokens 32",
                     "`best` on int8 2.00 tok/s, dense 1.79, q4k 1.92 (3 prompts, one round), each equal to its plain",
@@ -88,8 +92,8 @@ MEASURED: dict[str, MachineDefaults] = {
         "not measured on this kind (cuda): the safe start, on the compiled runner (CUDA graphs; static where a "
         "capture fails), since an eager GPU step waits on the host several times")),
 }
-# A trained draft head (another drafter) would be measured and chosen here per kind, beside the draft
-# model, prompt lookup and auto.
+# The trained head (drafter "head") is measured in the same run as each entry's `best`, and chosen
+# where it wins.
 
 
 def for_kind(kind: str, pair_name: str = MEASURED_PAIR) -> MachineDefaults:
