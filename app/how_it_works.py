@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DIAGRAM = (Path(__file__).resolve().parent.parent / "assets" / "how_it_works.svg").read_text(encoding="utf-8")
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DIAGRAM = (ASSETS / "how_it_works.svg").read_text(encoding="utf-8")
+HEAD_DIAGRAM = (ASSETS / "head.svg").read_text(encoding="utf-8")
 
 STEP = """
 ## One step, as drawn above
@@ -26,6 +28,25 @@ yields:
    *bonus*, blue, double underline).
 
 So every step makes between 1 and K + 1 tokens for one target pass; plain decoding makes 1.
+"""
+
+HEAD = """
+## A draft that reads the target: the trained head
+
+The draft model and prompt lookup guess without looking inside the target. The drafts that
+engines run today (EAGLE heads, the multi-token-prediction heads inside DeepSeek, Qwen and Gemma)
+read the target's own **features**: the hidden state its last layer hands to its output layer.
+The check already computes them, so they cost nothing extra. The **head** (Drafter: *head*, where
+a head file for the pair is found and verified) is one decoder layer trained here on the target's
+features and its own answers. It takes the feature at position t and the next token, and predicts
+the feature at t + 1. The target's own output layer turns that into a draft token and its
+probabilities q. It then drafts again from its own prediction, as drawn above.
+
+One head step is about 1/28 of a target pass, so its **c** is small (about 0.05 of a decode step,
+against about 0.2 to 0.3 for the 0.5B draft model). How often it is kept (**α**) is what its
+training bought: the charts *acceptance by draft position* and *accepted drafts per step* on the
+Live tab show it per drafter, and the co-design map on the Theory tab places its run beside the
+others. The target still checks every guess, so the output stays exactly the target's.
 """
 
 FORMULAS = r"""
@@ -77,7 +98,10 @@ decoding would have picked, in the same order: the text is identical, made in fe
 The one caveat is arithmetic: scoring K + 1 positions in one pass adds numbers in another order
 than K + 1 single passes, so where the target's top two choices are nearly tied (a top-2 logit
 margin near 0, more often in bf16) a token can flip. The badge under the panes then says where
-the two runs first differ and how close that tie was.
+the two runs first differ and how close that tie was. Some target kernels are made **batch-invariant** (`w8a8`, `int8`, and the
+dense target in fp32, on a CPU): every row of a check gets exactly the bits a one-token pass gives
+it, so on those the speculative text equals plain decoding's bit for bit, ties included, and the
+badge says any difference is a fault.
 
 **Sampling** (temperature above 0). The target's distribution p and the draft's q are both known
 at every guessed position. A guess x is kept with probability min(1, p(x) / q(x)); when it is

@@ -362,6 +362,8 @@ def _how_it_works_tab() -> None:
     with gr.Tab("How it works", id="how-it-works", elem_id="how-it-works"):
         gr.HTML(f'<figure class="how-diagram">{how_it_works.DIAGRAM}</figure>', elem_id="how-diagram")
         gr.Markdown(how_it_works.STEP, elem_classes="how-text")
+        gr.HTML(f'<figure class="how-diagram">{how_it_works.HEAD_DIAGRAM}</figure>', elem_id="head-diagram")
+        gr.Markdown(how_it_works.HEAD, elem_classes="how-text")
         gr.Markdown(how_it_works.FORMULAS, elem_classes="how-text",
                     latex_delimiters=[{"left": "$$", "right": "$$", "display": True}])
         gr.Markdown(how_it_works.EXACT, elem_classes="how-text")

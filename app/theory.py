@@ -31,6 +31,9 @@ WAITING = ('<div class="predictions"><p class="caption">When a run with plain de
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
 
 
+DRAFTER_LABELS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto", "head": "trained head"}
+
+
 @dataclass(frozen=True)
 class DrafterPoint:
     label: str  # e.g. "draft model K=5"
@@ -70,7 +73,7 @@ class TheorySession:
         if metrics.drafted and c is not None:
             label = f"#{len(self.points) + 1} {engine} K={self.k}"  # a server's own K, as it reported it
             if can.follows_settings:  # the page's drafter, K, policy and kernel
-                drafter = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto"}.get(config.drafter, config.drafter)
+                drafter = DRAFTER_LABELS.get(config.drafter, config.drafter)
                 policy = f" {config.k_policy}" if config.k_policy != "fixed" else ""
                 label = f"#{len(self.points) + 1} {drafter} K={config.k}{policy} [{self.kernel}]"
             measured = f", measured {self.speedup:.2f}\u00d7" if self.speedup else ""
@@ -161,7 +164,7 @@ def codesign_caption(session: TheorySession) -> str:
             f"cost v = {verify:.2f}; the bold red line is break-even, above it the drafter loses time. Moving right "
             "(a better guess) and moving down (a cheaper draft) both help: a cheaper draft that is kept a little less "
             "often can win. Each point is a drafter run since the page was opened (prompt lookup sits near c = 0: it "
-            "costs no draft pass). The lines assume independent acceptance; bursty acceptance puts real runs above them.")
+            "costs no draft pass; the trained head sits low too, one layer a guess, and its \u03b1 is what its training bought). The lines assume independent acceptance; bursty acceptance puts real runs above them.")
 
 
 def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None = None, alpha: float | None = None) -> str:

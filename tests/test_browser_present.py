@@ -137,6 +137,10 @@ def test_lecture_hall_view_in_both_themes(browser, app_url):
     # The formulas, typeset (KaTeX runs once the tab is shown, a moment after the click).
     page.wait_for_function("document.querySelectorAll('#how-it-works .katex').length >= 2", timeout=15_000)
     page.screenshot(path=str(ARTIFACTS / "lecture-how-it-works-dark.png"))
+    head = page.locator("#head-diagram svg")  # the trained head's diagram, drawn in the text's colour
+    head.scroll_into_view_if_needed()
+    assert head.get_attribute("aria-labelledby") == "head-title head-desc" and head.bounding_box()["width"] > 400
+    head.screenshot(path=str(ARTIFACTS / "how-it-works-head-dark.png"))
     page.close()
 
 
