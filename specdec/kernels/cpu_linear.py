@@ -42,14 +42,19 @@ class CpuLinear(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.linear:
             x, weight = args[0], args[1]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            rows = x.numel() // x.shape[-1]
-            if x.dtype == torch.float32 and rows <= SMALL_BATCH_ROWS:
-                y = (weight @ x.reshape(rows, -1).T).T.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
-                return y if bias is None else y + bias
-            if x.dtype in (torch.bfloat16, torch.float16) and not NATIVE_BF16 and rows >= UPCAST_ROWS:
-                return F.linear(x.float(), weight.float(), None if bias is None else bias.float()).to(x.dtype)
+            y = self.linear(x, weight, args[2] if len(args) > 2 else kwargs.get("bias"), x.numel() // x.shape[-1])
+            if y is not None:
+                return y
         return func(*args, **kwargs)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias, rows: int) -> torch.Tensor | None:
+        """x (..., in) over `rows` rows -> (..., out) where this mode runs the product its own way, else None."""
+        if x.dtype == torch.float32 and rows <= SMALL_BATCH_ROWS:
+            y = (weight @ x.reshape(rows, -1).T).T.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+            return y if bias is None else y + bias
+        if x.dtype in (torch.bfloat16, torch.float16) and not NATIVE_BF16 and rows >= UPCAST_ROWS:
+            return F.linear(x.float(), weight.float(), None if bias is None else bias.float()).to(x.dtype)
+        return None
 
 
 class FixedOrderLinear(CpuLinear):
@@ -60,15 +65,10 @@ class FixedOrderLinear(CpuLinear):
     above does (measured: docs/benchmarks.md, "Batch invariance"). Longer passes (a prompt's prefill,
     shared by speculative and plain runs alike) keep CpuLinear's way."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear:
-            x, weight = args[0], args[1]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            rows = x.numel() // x.shape[-1]
-            if x.dtype == weight.dtype == torch.float32 and rows <= SMALL_BATCH_ROWS and weight.is_contiguous():
-                return torch.ops.specdec.linear_rows(x, weight, bias)
-        return super().__torch_function__(func, types, args, kwargs)
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias, rows: int) -> torch.Tensor | None:
+        if x.dtype == weight.dtype == torch.float32 and rows <= SMALL_BATCH_ROWS and weight.is_contiguous():
+            return torch.ops.specdec.linear_rows(x, weight, bias)
+        return super().linear(x, weight, bias, rows)
 
 
 def linear_for(model) -> type[CpuLinear] | None:
