@@ -14,12 +14,12 @@ import pytest
 
 from app import live
 from specdec.engines import ours
-from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.core.events import check_invariants
-from specdec.serving.pairs import Offer, PairStore
 from tests.test_live import no_progress, settings
 from tests.test_llamacpp_stream import chunks
+
+pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
 
 SPEC_STEPS = [([20], 0, 0), ([21, 22, 23], 4, 2), ([24, 25, 26, 27, 28], 4, 4), ([29], 4, 0)]
 PLAIN_STEPS = [([20], 0, 0), ([21], 0, 0), ([22], 0, 0), ([23], 0, 0), ([24], 0, 0)]
@@ -46,26 +46,12 @@ def serve(steps):
 
 
 @pytest.fixture(scope="module")
-def page():
-    from app.page import build_page
-
-    with gr.Blocks():
-        return build_page("tiny-random", pairs=("tiny-random",))
-
-
-@pytest.fixture(scope="module")
 def servers():
     spec, spec_url = serve(SPEC_STEPS)
     plain, plain_url = serve(PLAIN_STEPS)
     yield spec_url, plain_url
     spec.shutdown()
     plain.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def fp32_store(monkeypatch):
-    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
-    monkeypatch.setattr(gpu_budget, "_costs", {})
 
 
 def last(frames):

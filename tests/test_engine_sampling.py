@@ -90,15 +90,6 @@ def word_tokenizer(v: int):
     return PreTrainedTokenizerFast(tokenizer_object=core)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These passes are tiny: one thread is several times faster than two waiting on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def parity_table(rows: torch.Tensor) -> torch.Tensor:
     """(2, V) -> (V, V): the next token's logits depend on whether the last token is even or odd.
     Two contexts keep the counts per context high; that they differ makes a wrong row show."""

@@ -25,15 +25,6 @@ SECTIONS = ["models", "passes", "costs", "first_call_capture", "syncs", "loop_co
 DRY = ["--device", "cpu", "--tiny", "--tokens", "8", "--prompt-len", "16", "--context", "16", "--repeats", "1"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: one thread is faster than two waiting on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def eager_capture(monkeypatch):
     """A "capture" that runs the pass as it is, each time it is replayed."""

@@ -28,14 +28,6 @@ PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 NEW = 48
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def plain(tiny_pair):
     return tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=NEW)))

@@ -16,16 +16,6 @@ TINY = Recipe(intermediate=32, window=48, batch_positions=192, val_answers=4, an
               chunk=48, val_chunks=3, eval_depth=3, lr=3e-3)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from a second thread, and on a shared 2-core machine every OpenMP
-    barrier waits for a busy core (a tiny run took 10x longer with 2 threads than with 1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def text_root(tmp_path_factory):
     """A few files of this project's own source stand in for the installed packages (fast, the same everywhere)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-import gradio as gr
 import pytest
 
 from app import live
@@ -14,28 +13,12 @@ from specdec.engines import ours
 from app.page import StopFlag
 from app.render import render_spans
 from app.settings import read_config
-from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
-from specdec.serving.pairs import Offer, PairStore
 from tests.conftest import run_checked, tokens
 
-
-@pytest.fixture(scope="module")
-def page():
-    from app.page import build_page
-
-    with gr.Blocks():
-        return build_page("tiny-random", pairs=("tiny-random",))
-
-
-@pytest.fixture(autouse=True)
-def fp32_store(monkeypatch):
-    """The app's shared store holding tiny-random in fp32, whatever the CPU would choose; the pass
-    costs these runs measure stay here (other tests assume none were measured)."""
-    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
-    monkeypatch.setattr(gpu_budget, "_costs", {})
+pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
 
 
 def settings(page, **overrides) -> dict:

@@ -6,47 +6,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import gradio as gr
 import pytest
 
 from app import live, stepping
-from app.page import StopFlag, build_page
+from app.page import StopFlag
 from app.step_panel import StepSession
 from app.theory import TheorySession
 from app.view import Lane, RunView
 from specdec.core.config import GenerationConfig
 from specdec.engines.vllm import PendingText
-from specdec.serving import gpu_budget, pairs
-from specdec.serving.pairs import Offer, PairStore
 from tests.conftest import run_checked, tokens
+from tests.test_live import no_progress
+from tests.test_live import settings as live_settings
+
+pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
 
 PROMPT = "def add(a, b):"
 
 
-@pytest.fixture(scope="module")
-def page():
-    with gr.Blocks():
-        return build_page("tiny-random", pairs=("tiny-random",))
-
-
-@pytest.fixture(autouse=True)
-def fp32_store(monkeypatch):
-    monkeypatch.setattr(pairs, "_shared", PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32"))
-    monkeypatch.setattr(gpu_budget, "_costs", {})
-
-
 def settings(page, **overrides) -> dict:
-    values = {page.prompt: PROMPT, page.pair: "tiny-random", page.drafter: "model", page.k: 4, page.adaptive: False,
-              page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 32, page.seed: 0, page.compare: True,
-              page.show_rejected: True, page.draft_variant: "bf16", page.plain_int4: False, page.cost_k: False,
-              page.stop: StopFlag(), page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec",
-              page.spec_url: "", page.plain_url: "", page.step_state: StepSession(), page.theory_state: TheorySession()}
-    values.update({getattr(page, k): v for k, v in overrides.items()})
-    return values
-
-
-def no_progress(*args, **kwargs):
-    pass
+    """test_live's settings for 32 tokens, with the step panel's and the Theory tab's states."""
+    return live_settings(page, **{"max_new": 32, "step_state": StepSession(), "theory_state": TheorySession(), **overrides})
 
 
 class Arrived:

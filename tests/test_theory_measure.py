@@ -3,8 +3,6 @@ every session, drawn as one curve per kernel."""
 
 from __future__ import annotations
 
-import gradio as gr
-import pytest
 
 from app import theory, theory_run
 from app.page import StopFlag
@@ -12,14 +10,6 @@ from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.serving.pairs import Offer, PairStore
 from specdec.kernels import device_offer
-
-
-@pytest.fixture(scope="module")
-def page():
-    from app.page import build_page
-
-    with gr.Blocks():
-        return build_page("tiny-random", pairs=("tiny-random",))
 
 
 def test_measure_pass_costs_gives_one_table_and_one_curve_per_kernel(page, monkeypatch, tmp_path):
