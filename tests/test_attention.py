@@ -1,5 +1,5 @@
-"""The attention paths of specdec/core/runners/attention.py compute what transformers' attention does,
-and a model runs its device's path, chosen when a runner takes it (after a move too).
+"""The attention paths of specdec/kernels/attention.py compute what transformers' attention does,
+and a model runs its device's path, set where it is made or moved (`set_attention`), never by a runner.
 
 CUDA's path is tested here on CPU tensors: its choice is a function of the device type, and the
 device check is patched to say "cuda"."""
@@ -11,11 +11,11 @@ import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward
 
-from specdec.core.runners import attention, runner_model
-from specdec.core.runners.attention import GROUPED, PACKED, attention_for, grouped_sdpa, packed_sdpa
+from specdec.core.runners import runner_model
 from specdec.core.runners.eager_model import CachedModel
 from specdec.core.runners.static_model import StaticModel
-from specdec.kernels.batch_invariant import NAME as ROWS
+from specdec.kernels import attention, w8a8_build
+from specdec.kernels.attention import GROUPED, PACKED, ROWS, attention_for, grouped_sdpa, packed_sdpa, set_attention
 
 
 class Heads(torch.nn.Module):
@@ -108,8 +108,7 @@ def test_a_model_on_cudas_path_gives_eager_attentions_logits(as_cuda, runner_cla
     the same weights on transformers' eager attention over a DynamicCache."""
     reference = tiny_model()
     moved = copy.deepcopy(reference)
-    runner_model("eager", moved, 64)  # a runner takes it: the path of its (patched) device
-    assert moved.config._attn_implementation == GROUPED
+    assert set_attention(moved) == GROUPED == moved.config._attn_implementation  # the path of its (patched) device
     ids = torch.tensor([5, 9, 17, 33, 2, 8, 40, 41, 42, 7, 3])
     model_lm = runner_class(moved, 64)
     if runner_class is StaticModel:
@@ -120,19 +119,19 @@ def test_a_model_on_cudas_path_gives_eager_attentions_logits(as_cuda, runner_cla
 
 
 def test_a_pair_built_on_the_cpu_and_moved_runs_cudas_path(monkeypatch):
-    """As on ZeroGPU: built on the CPU (the packed path), then moved; the runner that takes it
-    sets CUDA's path. A pair on the CPU keeps the packed one."""
+    """As on ZeroGPU: built on the CPU (the packed path), then moved by start-up's `place`, which sets
+    CUDA's path; a runner taking the model leaves its attention as it is."""
     from specdec.models.pair import build_pair
+    from specdec.serving.startup import place
 
     pair = build_pair("tiny-random", device="cpu", dtype="fp32")
     assert pair.target.config._attn_implementation == PACKED == pair.draft.config._attn_implementation
-    runner_model("static", pair.target, pair.vocab_size)
-    assert pair.target.config._attn_implementation == PACKED  # still on the CPU
     monkeypatch.setattr(attention, "device_type", lambda model: "cuda")  # the move, as the choice sees it
     for runner in ("eager", "static", "compiled"):
-        pair.target.set_attn_implementation(PACKED)
         runner_model(runner, pair.target, pair.vocab_size)
-        assert pair.target.config._attn_implementation == GROUPED, runner
+        assert pair.target.config._attn_implementation == PACKED, runner  # a runner sets nothing
+    place(pair, pair.device)
+    assert pair.target.config._attn_implementation == GROUPED == pair.draft.config._attn_implementation
 
 
 def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_without_a_cache(tiny_pair):
@@ -149,18 +148,23 @@ def test_the_pair_runs_its_devices_attention_and_a_check_equals_the_same_rows_wi
     torch.testing.assert_close(check, full, rtol=1e-5, atol=1e-5)
 
 
-def test_a_kept_attention_survives_a_runner_on_its_device_and_not_a_move(monkeypatch):
-    """A kernel layer's choice (the batch-invariant rows; here transformers' sdpa stands for it) stays
-    while the model stays on the device it was made for; moved, the model runs that device's path;
-    back, the kept one again."""
+@pytest.mark.skipif(not w8a8_build.available()[0], reason=w8a8_build.unavailable_reason() or "")
+def test_a_batch_invariant_model_runs_the_rows_on_the_cpu_and_its_devices_path_elsewhere(monkeypatch):
+    """The rows where the model is batch-invariant and they run (a CPU with the kernel library);
+    moved to CUDA, CUDA's path; back on the CPU, the rows again."""
+    from specdec.kernels.batch_invariant import is_batch_invariant, make_batch_invariant
+
     model = tiny_model()
-    model.set_attn_implementation("sdpa")
-    attention.keep_attention(model)
+    assert set_attention(model) == PACKED and set_attention(model, invariant=True) == ROWS
+    model.set_attn_implementation("eager")
+    assert make_batch_invariant(model) and is_batch_invariant(model) and model.config._attn_implementation == ROWS
     runner_model("static", model, 64)
-    assert model.config._attn_implementation == "sdpa" != attention_for("cpu")
+    assert model.config._attn_implementation == ROWS  # a runner sets nothing
     monkeypatch.setattr(attention, "device_type", lambda model: "cuda")
-    runner_model("static", model, 64)
-    assert model.config._attn_implementation == GROUPED
+    assert set_attention(model, invariant=True) == GROUPED == model.config._attn_implementation
     monkeypatch.undo()
-    runner_model("eager", model, 64)
-    assert model.config._attn_implementation == "sdpa"
+    assert set_attention(model, invariant=True) == ROWS == model.config._attn_implementation
+
+
+def test_a_module_without_transformers_attention_switch_is_left_as_it_is():
+    assert set_attention(torch.nn.Linear(2, 2)) is None

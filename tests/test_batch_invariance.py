@@ -1,8 +1,8 @@
 """Batch invariance (specdec/kernels/batch_invariant.py): a row's logits are the same bits alone (a
 one-token pass, as plain decoding runs it) and inside a check of 2, 6 or 16 rows, on the eager runner
 (DynamicCache, no mask for a one-token pass) and the static runner (a preallocated cache, a mask over
-its capacity, fixed shapes), for every target kernel that claims it (w8a8, int8, the dense target in
-fp32); so greedy speculative output on w8a8 is plain output bit for bit.
+its capacity, fixed shapes), for every target kernel that claims it (w8a8, w4a8, int8, the dense target
+in fp32); so greedy speculative output on w8a8 is plain output bit for bit.
 
 The kernels (specdec/kernels/csrc/attention_rows.cpp, linear_rows.cpp) are checked against torch and
 for the property itself, row by row; the whole target on tiny-random (fp32 around the quantized
@@ -17,7 +17,7 @@ from specdec.core.config import GenerationConfig
 from specdec.core.runners.static_model import StaticModel
 from specdec.kernels import w8a8_build
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.batch_invariant import NAME, row_attention
+from specdec.kernels.attention import ROWS, row_attention
 
 pytestmark = pytest.mark.skipif(not w8a8_build.available()[0], reason=w8a8_build.unavailable_reason() or "")
 
@@ -116,12 +116,12 @@ def rows_alone_and_in_checks(model, pair, ids: list[int], prefix: int, runner: s
 
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
-@pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])  # bf16: the dense target as loaded, fp32 here
+@pytest.mark.parametrize("kernel", ["w8a8", "w4a8", "int8", "dense"])  # dense: the target as loaded, fp32 here
 def test_the_tiny_target_is_batch_invariant(tiny_pair, kernel, runner):
     from specdec.kernels.target_kernels import kernel_target
 
     model = kernel_target(tiny_pair, kernel)
-    assert model.config._attn_implementation == NAME
+    assert model.config._attn_implementation == ROWS
     ids = tiny_pair.tokenizer.encode("def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i, i * i)\n" * 2)
     assert rows_alone_and_in_checks(model, tiny_pair, ids, 24, runner) == []
 
@@ -129,12 +129,12 @@ def test_the_tiny_target_is_batch_invariant(tiny_pair, kernel, runner):
 def test_making_one_model_batch_invariant_leaves_the_others_as_they_were(tiny_pair):
     """Each built model has a config of its own: the attention of one is not switched through another's."""
     from specdec.kernels.target_kernels import kernel_target
-    from specdec.core.runners.attention import PACKED
+    from specdec.kernels.attention import PACKED
 
     q4k, w8a8 = kernel_target(tiny_pair, "q4k"), kernel_target(tiny_pair, "w8a8")  # q4k: not batch-invariant
     assert w8a8.config is not tiny_pair.target.config and q4k.config is not tiny_pair.target.config
-    assert w8a8.config._attn_implementation == NAME and q4k.config._attn_implementation == PACKED
-    assert linear_for(kernel_target(tiny_pair, "bf16")).__name__ == "FixedOrderLinear"  # fp32: fixed-order products
+    assert w8a8.config._attn_implementation == ROWS and q4k.config._attn_implementation == PACKED
+    assert linear_for(kernel_target(tiny_pair, "dense")).__name__ == "FixedOrderLinear"  # fp32: fixed-order products
 
 
 def test_the_comparison_sees_a_pass_that_depends_on_its_rows(tiny_pair, monkeypatch):
@@ -149,7 +149,7 @@ def test_the_comparison_sees_a_pass_that_depends_on_its_rows(tiny_pair, monkeypa
         out, weights = row_attention(module, query, *args, **kwargs)
         return out + 1e-6 * query.shape[2], weights
 
-    monkeypatch.setitem(AttentionInterface._global_mapping, NAME, coupled)
+    monkeypatch.setitem(AttentionInterface._global_mapping, ROWS, coupled)
     ids = tiny_pair.tokenizer.encode("def add(a, b):\n    return a + b\n" * 4)
     assert rows_alone_and_in_checks(model, tiny_pair, ids, 12, "eager")
 
@@ -179,7 +179,7 @@ def real_pair(request):
 
 @pytest.mark.all_threads
 @pytest.mark.parametrize("runner", ["eager", "static"])
-@pytest.mark.parametrize("kernel", ["w8a8", "int8", "bf16"])
+@pytest.mark.parametrize("kernel", ["w8a8", "w4a8", "int8", "dense"])
 def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
     from specdec.kernels.batch_invariant import invariant_kernel
     from specdec.kernels.target_kernels import kernel_target, release
@@ -193,15 +193,16 @@ def test_the_embedded_target_is_batch_invariant(real_pair, kernel, runner):
 
 
 @pytest.mark.all_threads
+@pytest.mark.parametrize("kernel", ["w8a8", "w4a8"])
 @pytest.mark.parametrize("runner", ["eager", "static"])
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["code", "prose", "translation"])
-def test_greedy_speculative_equals_plain_on_w8a8_bit_for_bit(real_pair, prompt, runner):
-    from specdec.bench.side_by_side import compare_runs
+def test_greedy_speculative_equals_plain_on_w8a8_bit_for_bit(real_pair, prompt, runner, kernel):
+    from specdec.engines.ours import OurSource
     from specdec.kernels.target_kernels import release
 
-    release(real_pair, keep="w8a8")
-    config = GenerationConfig(k=5, max_new_tokens=32, target_kernel="w8a8", runner=runner)
-    result = compare_runs(real_pair, prompt, config, with_plain=True)
+    release(real_pair, keep=kernel)
+    config = GenerationConfig(k=5, max_new_tokens=32, target_kernel=kernel, runner=runner)
+    result = OurSource(real_pair, config).side_by_side(prompt, plain=True)
     spec = [t for e in result.spec_events for t in e.emitted]
     plain = [t for e in result.plain_events for t in e.emitted]
     assert spec == plain, result.difference

@@ -19,7 +19,7 @@ def test_a_cpu_is_offered_everything(monkeypatch):
 
 def test_a_gpu_is_offered_the_dense_weights_and_told_why_not_the_rest():
     variants, kernels = device_offer.draft_variants(CUDA), device_offer.target_kernels(CUDA)
-    assert variants.names == ("bf16", "bf16-v16k", "bf16-v32k") and kernels.names == ("bf16",)
+    assert variants.names == ("dense", "dense-v16k", "dense-v32k") and kernels.names == ("dense",)
     assert set(variants.names) | set(variants.not_offered) == set(VARIANTS)  # every name offered or explained
     assert set(kernels.names) | set(kernels.not_offered) == set(KERNELS)
     assert "dequantize" in variants.not_offered["int4-v32k"] and "int4" in variants.not_offered["int4-v32k"]
@@ -32,6 +32,6 @@ def test_a_gpu_is_offered_the_dense_weights_and_told_why_not_the_rest():
 
 
 def test_a_request_for_what_is_not_offered_is_named():
-    assert device_offer.target_kernels(CUDA).check("target_kernel", "bf16", "cuda") == "bf16"
+    assert device_offer.target_kernels(CUDA).check("target_kernel", "dense", "cuda") == "dense"
     with pytest.raises(ValueError, match=r"target_kernel 'q4k' is not offered on cuda: Q4_K blocks run on torch's CPU int4"):
         device_offer.target_kernels(CUDA).check("target_kernel", "q4k", "cuda")

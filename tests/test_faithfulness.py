@@ -68,28 +68,28 @@ def test_forced_predictions_are_the_greedy_choices_along_a_text(tiny_pair):
         assert predicted[i] == int(logits.argmax())
 
 
-def test_bench_judges_every_plain_run_against_bf16(tiny_pair):
+def test_bench_judges_every_plain_run_against_dense(tiny_pair):
     from specdec.bench.report import table
     from specdec.bench.runner import bench
 
     prompts = [{"id": "code", "prompt": PROMPT, "chat": False}]
-    report = bench(tiny_pair, prompts, modes=["plain", "spec"], kernels=["q4k", "bf16"], k=3, max_new_tokens=10,
+    report = bench(tiny_pair, prompts, modes=["plain", "spec"], kernels=["q4k", "dense"], k=3, max_new_tokens=10,
                    warmup_tokens=2, log=lambda line: None)
-    assert report["settings"]["target_kernels"] == ["bf16", "q4k"]  # the reference runs first
+    assert report["settings"]["target_kernels"] == ["dense", "q4k"]  # the reference runs first
     rows = {(r["mode"], r["target_kernel"]): r for r in report["results"]}
-    bf16, q4k = rows["plain", "bf16"], rows["plain", "q4k"]
-    assert bf16["departs_bf16_at"] is None and bf16["top1_agree_bf16"] == 1.0  # fp32: the one pass agrees with decoding
-    assert 0 <= q4k["top1_agree_bf16"] <= 1
-    assert bf16["top1_agree_bf16_untied"] == 1.0 and bf16["bf16_tied"] == 0  # fp32 on tiny-random: no ties at 1e-3
-    assert q4k["bf16_tied"] == 0 and q4k["top1_agree_bf16_untied"] == q4k["top1_agree_bf16"]
-    assert rows["spec", "q4k"]["top1_agree_bf16"] is None  # speculative runs are judged against their own plain run
+    dense, q4k = rows["plain", "dense"], rows["plain", "q4k"]
+    assert dense["departs_dense_at"] is None and dense["top1_agree_dense"] == 1.0  # fp32: the one pass agrees with decoding
+    assert 0 <= q4k["top1_agree_dense"] <= 1
+    assert dense["top1_agree_dense_untied"] == 1.0 and dense["dense_tied"] == 0  # fp32 on tiny-random: no ties at 1e-3
+    assert q4k["dense_tied"] == 0 and q4k["top1_agree_dense_untied"] == q4k["top1_agree_dense"]
+    assert rows["spec", "q4k"]["top1_agree_dense"] is None  # speculative runs are judged against their own plain run
     # The figures are what the measure says of the two outputs: recompute them here.
-    bf16_ids = [t for e in bench_events(tiny_pair, "bf16") for t in e.emitted]
+    dense_ids = [t for e in bench_events(tiny_pair, "dense") for t in e.emitted]
     q4k_ids = [t for e in bench_events(tiny_pair, "q4k") for t in e.emitted]
-    assert q4k["departs_bf16_at"] == first_departure(q4k_ids, bf16_ids)
+    assert q4k["departs_dense_at"] == first_departure(q4k_ids, dense_ids)
     by_kernel = report["summary"]["by_kernel"]
-    assert by_kernel["q4k"]["faithfulness"]["plain"]["top1_agree_bf16"] == q4k["top1_agree_bf16"]
-    assert "faithful to bf16 plain: plain [q4k] top-1" in table(report)
+    assert by_kernel["q4k"]["faithfulness"]["plain"]["top1_agree_dense"] == q4k["top1_agree_dense"]
+    assert "faithful to dense plain: plain [q4k] top-1" in table(report)
 
 
 def bench_events(pair, kernel):
@@ -104,10 +104,10 @@ def test_the_page_says_how_faithful_a_kernel_was_measured_to_be(monkeypatch):
 
     monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64, 1.0, 6),
                                              ("pair", "llamacpp_plain"): record.Measured(0.97, 3, 6, 64)})
-    assert record.faithfulness_note("pair", "bf16") == "the dense target itself"
-    assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with bf16 0.984 (1.000 where bf16 itself is not "
-                                                        "tied), its greedy text left bf16's on 2 of 6 prompts within 64 tokens")
-    assert record.faithfulness_note("other", "w8a8") == "faithfulness to bf16 not measured for this pair"
-    line = record.faithfulness_line("pair", ("bf16", "w8a8", "q4k", "llamacpp_plain"))
+    assert record.faithfulness_note("pair", "dense") == "the dense target itself"
+    assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with dense 0.984 (1.000 where dense itself is not "
+                                                        "tied), its greedy text left dense's on 2 of 6 prompts within 64 tokens")
+    assert record.faithfulness_note("other", "w8a8") == "faithfulness to the dense target not measured for this pair"
+    line = record.faithfulness_line("pair", ("dense", "w8a8", "q4k", "llamacpp_plain"))
     assert "w8a8 0.984 (1.000), llamacpp_plain 0.970 (docs" in line and "q4k" not in line and "not tied" in line
     assert record.faithfulness_line("other", ("w8a8",)) == ""

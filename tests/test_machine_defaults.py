@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_docs_links import HEADING, prose_lines, slug  # tests/ is on sys.path
+from tests.support.docs import HEADING, prose_lines, slug
 
 from specdec.core.config import DRAFTERS, GenerationConfig
 from specdec.kernels import device_offer, machine_defaults
@@ -33,6 +33,12 @@ def section(doc: str) -> str:
             lines.append(line)
     assert lines, f"no heading #{anchor} in {file}"
     return "\n".join(lines)
+
+
+@pytest.fixture(autouse=True)
+def nothing_measured_here(monkeypatch, tmp_path):
+    """An empty cache: no choice measured on this machine, so every default is the recorded table's."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
 
 
 @pytest.mark.parametrize("kind", sorted(MEASURED))
@@ -66,11 +72,13 @@ def test_a_measured_entry_quotes_the_run_docs_record(kind):
 
 def test_avx2_chooses_the_fastest_exact_best_row_of_its_run():
     """In the AVX2 run every kernel's `best` was equal to its plain; the default is the fastest of them."""
+    from specdec.core.variant_names import canonical
+
     entry = MEASURED["cpu-avx2"]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section(entry.measurement.doc).splitlines()
             if line.startswith("| best |")]
-    exact = {row[1]: float(row[5]) for row in rows if row[6] == "yes"}
-    assert set(exact) == {"bf16", "int8", "q4k"}
+    exact = {canonical(row[1]): float(row[5]) for row in rows if row[6] == "yes"}  # the run named dense bf16
+    assert set(exact) == {"dense", "int8", "q4k"}
     assert max(exact, key=exact.get) == entry.target_kernel == "int8"
 
 
@@ -92,14 +100,14 @@ def test_an_unknown_kind_gets_the_safe_default_and_says_so(monkeypatch, kind):
     monkeypatch.setattr(machine, "machine_kind", lambda device: kind)
     chosen = defaults_for(CPU)
     fields = ("target_kernel", "draft_variant", "drafter", "runner", "k_policy")
-    assert [getattr(chosen, f) for f in fields] == ["bf16", "bf16", "model", "eager", "fixed"]
+    assert [getattr(chosen, f) for f in fields] == ["dense", "dense", "model", "eager", "fixed"]
     assert chosen.measurement is None and f"not measured on this kind ({kind})" in chosen.line
 
 
 def test_cuda_starts_compiled_and_says_it_is_not_measured(monkeypatch):
     monkeypatch.setattr(machine, "machine_kind", lambda device: "cuda")
     chosen = defaults_for(torch.device("cpu"))
-    assert chosen.runner == "compiled" and chosen.target_kernel == "bf16" and chosen.k_policy == "fixed"
+    assert chosen.runner == "compiled" and chosen.target_kernel == "dense" and chosen.k_policy == "fixed"
     assert "not measured on this kind (cuda)" in chosen.line and "static where a capture fails" in chosen.line
 
 
@@ -136,7 +144,7 @@ def test_the_page_starts_on_the_defaults_and_escapes_its_line(monkeypatch):
     line = advanced.defaults_line(MEASURED_PAIR, CPU)
     assert "a &lt;b&gt;reason&lt;/b&gt; &amp; more" in line and "<b>" not in line
     drafter, variant, kernel, adaptive, cost_k, note = advanced.pair_defaults("tiny-random", CPU)  # not measured
-    assert (drafter, variant, kernel, adaptive, cost_k) == ("model", "bf16", "bf16", False, False)
+    assert (drafter, variant, kernel, adaptive, cost_k) == ("model", "dense", "dense", False, False)
     assert "not measured for tiny-random" in note
 
 
@@ -149,3 +157,34 @@ def test_the_command_line_starts_on_the_defaults(monkeypatch):
     monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu-avx512_bf16")
     assert variant_names(SimpleNamespace(draft_variant=None), pair) == ["int4"]
     assert runner_names(SimpleNamespace(runner=None), pair) == ["eager"]
+
+
+def test_generate_bench_and_the_page_start_on_the_same_defaults(monkeypatch):
+    """What generate's and bench's options leave out is the page's start: one entry of the table."""
+    import argparse
+
+    from app import advanced
+    from specdec.cli.args import START, generation_config, kernel_names, runner_names, variant_names
+    from specdec.cli.bench import add_bench_command_args
+    from specdec.cli.generate import add_generate_command
+    from specdec.kernels import w8a8_build
+
+    monkeypatch.setattr(w8a8_build, "unavailable_reason", lambda device=None: None)  # a CPU the w8a8 kernel runs on
+    monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu-avx512_bf16")
+    pair, chosen = SimpleNamespace(name=MEASURED_PAIR, device=CPU), defaults_for(CPU)
+    assert chosen.target_kernel != SAFE.target_kernel and chosen.k_policy != START.k_policy  # a start of its own, not the safe one
+    commands = argparse.ArgumentParser().add_subparsers()
+    add_generate_command(commands)
+    generate = generation_config(commands.choices["generate"].parse_args(["--prompt", "x"]), pair)
+    assert (generate.target_kernel, generate.draft_variant, generate.drafter, generate.runner, generate.k_policy) == (
+        chosen.target_kernel, chosen.draft_variant, chosen.drafter, chosen.runner, chosen.k_policy)
+    page = advanced.defaults(MEASURED_PAIR, CPU)
+    assert (page.target_kernel, page.draft_variant, page.drafter, page.runner) == (
+        generate.target_kernel, generate.draft_variant, generate.drafter, generate.runner)
+    assert page.cost_k == (generate.k_policy == "cost") and page.adaptive == (generate.k_policy == "adaptive")
+    bench = argparse.ArgumentParser()
+    add_bench_command_args(bench)
+    args = bench.parse_args([])
+    assert (kernel_names(args, pair), variant_names(args, pair), runner_names(args, pair)) == (
+        [generate.target_kernel], [generate.draft_variant], [generate.runner])
+    assert args.k == generate.k == START.k

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_checked, tokens
+from tests.support.runs import run_checked, tokens
 from specdec.kernels import device_offer, q4k, target_kernels, w8a8_build
 from specdec.core.config import GenerationConfig
 from specdec.core.variant_names import KERNELS, parse_kernel
@@ -93,7 +93,7 @@ def test_embedding_reads_gguf_rows():
 def test_names_and_config_validation():
     assert parse_kernel("q4k") == "q4k"
     for bad in ("int4", "BF16", "", None, "q4k,int8"):
-        with pytest.raises(ValueError, match="target_kernel must be one of bf16, int8, q4k, w8a8"):
+        with pytest.raises(ValueError, match="target_kernel must be one of dense, int8, q4k, w8a8"):
             parse_kernel(bad)
     with pytest.raises(ValueError, match="target_kernel"):
         GenerationConfig(target_kernel="fp8").validate()
@@ -128,12 +128,12 @@ def test_kernels_really_run_their_weights(tiny_pair, plain_by_kernel):
     from specdec.kernels.quant import QuantLinear
 
     int8, q4 = kernel_target(tiny_pair, "int8"), kernel_target(tiny_pair, "q4k")
-    assert kernel_target(tiny_pair, "bf16") is tiny_pair.target
+    assert kernel_target(tiny_pair, "dense") is tiny_pair.target
     assert isinstance(int8.model.layers[0].mlp.up_proj, QuantLinear) and int8.model.layers[0].mlp.up_proj.bits == 8
     assert isinstance(q4.model.layers[0].mlp.up_proj, q4k.Q4KLinear) and isinstance(q4.lm_head, q4k.Q4KLinear)
     assert kernel_target(tiny_pair, "q4k") is q4  # built once per pair
     # tiny-random's random weights lose their greedy choices in 4 bits: the kernels are different models
-    assert plain_by_kernel["q4k"] != plain_by_kernel["bf16"]
+    assert plain_by_kernel["q4k"] != plain_by_kernel["dense"]
 
 
 def test_generate_json_reports_the_kernel(capsys):
@@ -151,17 +151,17 @@ def test_bench_runs_the_modes_once_per_kernel(tiny_pair):
     from specdec.bench.runner import bench
 
     prompts = [{"id": "code", "prompt": PROMPT, "chat": False}]
-    report = bench(tiny_pair, prompts, modes=["plain", "spec", "hf_assisted"], kernels=["bf16", "q4k"], k=3,
+    report = bench(tiny_pair, prompts, modes=["plain", "spec", "hf_assisted"], kernels=["dense", "q4k"], k=3,
                    max_new_tokens=10, warmup_tokens=2, log=lambda line: None)
     rows = {(r["mode"], r["target_kernel"]): r for r in report["results"]}
-    assert set(rows) == {("plain", "bf16"), ("spec", "bf16"), ("hf_assisted", "bf16"), ("plain", "q4k"), ("spec", "q4k")}
-    assert rows["spec", "q4k"]["identical_to_plain"] is True and rows["spec", "bf16"]["identical_to_plain"] is True
+    assert set(rows) == {("plain", "dense"), ("spec", "dense"), ("hf_assisted", "dense"), ("plain", "q4k"), ("spec", "q4k")}
+    assert rows["spec", "q4k"]["identical_to_plain"] is True and rows["spec", "dense"]["identical_to_plain"] is True
     fastest = report["summary"]["fastest_exact"]
     exact = {key: r["tok_s"] for key, r in rows.items() if key[0] != "hf_assisted"}
     assert (fastest["mode"], fastest["target_kernel"]) == max(exact, key=exact.get)
-    assert fastest["over_fastest_plain"] == pytest.approx(fastest["tok_s"] / max(rows["plain", k]["tok_s"] for k in ("bf16", "q4k")))
-    assert set(report["summary"]["by_kernel"]) == {"bf16", "q4k"}
-    assert not [k for k in tiny_pair.variants if k.startswith("kernel:")]  # released after the run
+    assert fastest["over_fastest_plain"] == pytest.approx(fastest["tok_s"] / max(rows["plain", k]["tok_s"] for k in ("dense", "q4k")))
+    assert set(report["summary"]["by_kernel"]) == {"dense", "q4k"}
+    assert not tiny_pair.built.kernels  # released after the run
 
 
 def test_stored_kernel_is_built_once_and_rebuilt_when_its_source_changes(tiny_pair, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from conftest import run_checked, tokens
+from tests.support.runs import run_checked, tokens
 from specdec.kernels import quant
 from specdec.kernels import variant_store
 from specdec.kernels import device_offer, variants, w8a8_build
@@ -19,6 +19,7 @@ from specdec.core.sampling import probs_from_logits
 from specdec.kernels.variant_store import SubsetHead
 from specdec.core.variant_names import VARIANTS
 from specdec.kernels.variants import VariantSpec, parse_variant
+from specdec.models.built import Built
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 TINY_HEAD = 256  # tiny-random has 320 tokens: its -v16k / -v32k heads keep 64 / 128 of them
@@ -33,7 +34,7 @@ def pair(tiny_pair):
         if not spec.is_stock:
             small = replace(spec, vocab=spec.vocab // TINY_HEAD if spec.vocab else None)
             built[name] = variants.load_or_build(tiny_pair, small)
-    return replace(tiny_pair, variants=built)
+    return replace(tiny_pair, built=Built(drafts=built))
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +44,10 @@ def plain(pair):
 
 def test_names_parse_and_bad_names_are_refused():
     assert parse_variant("int4-v32k") == VariantSpec("int4-v32k", 4, 32768)
-    assert parse_variant("bf16").is_stock and parse_variant("int8").vocab is None
-    assert parse_variant("bf16-v16k") == VariantSpec("bf16-v16k", None, 16384)
+    assert parse_variant("dense").is_stock and parse_variant("int8").vocab is None
+    assert parse_variant("dense-v16k") == VariantSpec("dense-v16k", None, 16384)
     for bad in ("int5", "int4-v8k", "INT4", "", None, "int4-v32k-v16k"):
-        with pytest.raises(ValueError, match="draft_variant must be one of bf16, bf16-v16k"):
+        with pytest.raises(ValueError, match="draft_variant must be one of dense, dense-v16k"):
             parse_variant(bad)
     with pytest.raises(ValueError, match="draft_variant"):
         GenerationConfig(draft_variant="fp8").validate()
@@ -205,7 +206,7 @@ def _cached_pair(tiny_pair, root):
     draft_dir.mkdir(exist_ok=True)
     tiny_pair.draft.config.save_pretrained(draft_dir)
     (draft_dir / "complete.json").write_text(json.dumps({"sha256": "tiny", "format": 1}))
-    return replace(tiny_pair, draft_dir=draft_dir, variants={})
+    return replace(tiny_pair, draft_dir=draft_dir, built=Built())
 
 
 def test_variant_is_built_once_and_then_loaded_from_disk(tiny_pair, tmp_path, monkeypatch):
@@ -235,7 +236,7 @@ def _builds(monkeypatch) -> list:
 
 
 def _load(pair, name="int8"):
-    return variants.draft_model(replace(pair, variants={}), name)  # a new process: nothing in memory
+    return variants.draft_model(replace(pair, built=Built()), name)  # a new process: nothing in memory
 
 
 def _change_converted_copy(pair, monkeypatch):

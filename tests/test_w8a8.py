@@ -13,6 +13,7 @@ from specdec.core.config import GenerationConfig
 from specdec.kernels import device_offer, target_kernels, variants, w8a8_build
 from specdec.kernels.quant import QuantWeight, quantize
 from specdec.kernels.w8a8 import W8A8Linear, pack, reference
+from specdec.models.built import Built
 
 CPU = torch.device("cpu")
 if not w8a8_build.available(CPU)[0]:
@@ -167,7 +168,7 @@ def _cached_target(tiny_pair, tmp_path):
     target_dir = tmp_path / "tiny-target"
     tiny_pair.target.config.save_pretrained(target_dir)
     (target_dir / "complete.json").write_text(json.dumps({"sha256": "tiny target", "format": 1}))
-    return replace(tiny_pair, target_dir=target_dir, variants={})
+    return replace(tiny_pair, target_dir=target_dir, built=Built())
 
 
 def test_the_stored_target_is_built_once_and_rebuilt_when_truncated(tiny_pair, tmp_path, monkeypatch):
@@ -212,7 +213,7 @@ def test_unavailable_kernel_is_not_offered_and_asking_for_it_is_one_line(tiny_pa
     assert "w8a8" not in device_offer.target_kernels(CPU).names and "q4k" in device_offer.target_kernels(CPU).names
     assert device_offer.target_kernels(CPU).not_offered["w8a8"] == line  # the reason, as the dropdown says it
     assert not [v for v in device_offer.draft_variants(CPU).names if v.startswith("w8a8")] and "int4-v32k" in device_offer.draft_variants(CPU).names
-    fresh = replace(tiny_pair, variants={})
+    fresh = replace(tiny_pair, built=Built())
     for ask in (lambda: target_kernels.kernel_target(fresh, "w8a8"), lambda: variants.draft_model(fresh, "w8a8-v16k")):
         with pytest.raises(ValueError) as err:
             ask()
@@ -263,7 +264,7 @@ def test_a_compiled_call_traces_the_op_by_its_shape_and_gives_its_bits():
 
 
 def test_the_compiled_runner_captures_w8a8_passes_and_keeps_the_text(tiny_pair, caplog):
-    from conftest import run_checked, tokens
+    from tests.support.runs import run_checked, tokens
     from specdec.engines.ours import OurSource
 
     config = GenerationConfig(k=2, max_new_tokens=12, target_kernel="w8a8", draft_variant="w8a8")

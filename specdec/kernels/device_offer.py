@@ -5,12 +5,13 @@ The quantized paths are built for torch's CPU kernels: weight-only int8 (`_weigh
 int4 (`_weight_int4pack_mm_for_cpu`), and the GGUF's Q4_K blocks fed to that int4 kernel. Off a
 CPU, QuantLinear and Q4KLinear (specdec/kernels/quant.py, q4k.py) dequantize their weights back
 to a dense matrix on every pass: a variant meant to be cheaper would cost more than the dense one.
-So on a GPU only what runs on the dense weights is offered: the weights as loaded (`bf16`, the
+So on a GPU only what runs on the dense weights is offered: the weights as loaded (`dense`, the
 pair's dtype) and its truncated heads (`-v16k`, `-v32k`: a smaller dense head). A CUDA int4 path
 (torch's `_weight_int4pack_mm` has one) is not built here.
 
-The `w8a8` names run on this project's own x86 kernel (specdec/kernels/w8a8_build.py): offered on a
-CPU where it runs (AVX2, a C++ compiler, a build that succeeded), with its one-line reason elsewhere.
+The `w8a8` names and `w4a8` run on this project's own x86 kernels (specdec/kernels/w8a8_build.py, one
+library): offered on a CPU where it runs (AVX2, a C++ compiler, a build that succeeded), with its
+one-line reason, naming the kernel, elsewhere.
 
 Functions of the device's type (and, for w8a8, of this machine): a fake `torch.device("cuda")`
 answers as a real one would. The CLI, the page's dropdowns and the Theory tab all read them.
@@ -21,10 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from specdec.core.variant_names import KERNELS, VARIANTS, needs_w8a8
+from specdec.core.variant_names import DENSE, KERNELS, VARIANTS, native_kernel
 from specdec.kernels import w8a8_build
 
-DENSE = "bf16"  # the weights as loaded: dense, in the pair's dtype, on every device
 CPU_ONLY = {  # weights or kernel -> what it does off a CPU
     "int8": "int8 weights run on torch's CPU int8 kernel; off a CPU each pass would dequantize them to a dense copy",
     "int4": "int4 weights run on torch's CPU int4 kernel; off a CPU each pass would dequantize them to a dense copy",
@@ -62,14 +62,14 @@ def _cpu_only_reason(name: str) -> str:
 
 
 def _offer(names: tuple[str, ...], device, weights_of) -> Offered:
-    """`names` on `device`: on a CPU all but the w8a8 ones where that kernel cannot run; elsewhere
-    only the dense weights. weights_of: a name -> its weights (`int4-v32k` -> `int4`)."""
+    """`names` on `device`: on a CPU all but the w8a8 / w4a8 ones where that library cannot run;
+    elsewhere only the dense weights. weights_of: a name -> its weights (`int4-v32k` -> `int4`)."""
     device = device if device is not None else THIS_CPU
-    w8a8_off = w8a8_build.unavailable_reason(device) if any(needs_w8a8(n) for n in names) else None
+    library_off = w8a8_build.unavailable_reason(device) if any(native_kernel(n) for n in names) else None
     why = {}
     for name in names:
-        if needs_w8a8(name) and w8a8_off:
-            why[name] = w8a8_off
+        if native_kernel(name) and library_off:
+            why[name] = w8a8_build.unavailable_for(native_kernel(name), device)
         elif device.type != "cpu" and weights_of(name) != DENSE:
             why[name] = _cpu_only_reason(weights_of(name))
     return Offered(tuple(n for n in names if n not in why), why)

@@ -1,11 +1,11 @@
 """How faithful each target kernel was measured to be to the dense target, per model pair: what the
 page's Target kernel dropdown and status line say of each kernel.
 
-The figures come from the bench (`python -m specdec bench --target-kernel bf16,...` with the bench
-prompts; specdec/measure/faithfulness.py says what they mean): the top-1 agreement with the `bf16`
-kernel's greedy output under teacher forcing, over every position and over the positions where bf16's
+The figures come from the bench (`python -m specdec bench --target-kernel dense,...` with the bench
+prompts; specdec/measure/faithfulness.py says what they mean): the top-1 agreement with the `dense`
+kernel's greedy output under teacher forcing, over every position and over the positions where its
 own best two logits are not tied, and on how many prompts the kernel's own greedy text departed from
-bf16's within the tokens compared. They are recorded here from the run in
+the dense kernel's within the tokens compared. They are recorded here from the run in
 docs/benchmarks.md, like the measured defaults of draft variants; a pair or kernel
 not measured says so rather than borrowing another's figures.
 """
@@ -14,28 +14,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REFERENCE_KERNEL = "bf16"  # the dense target as converted from the GGUF: what every kernel is judged against
+REFERENCE_KERNEL = "dense"  # the dense target as converted from the GGUF: what every kernel is judged against
 
 
 @dataclass(frozen=True)
 class Measured:
-    top1: float  # mean over the prompts of the teacher-forced top-1 agreement with bf16's output
-    departed: int  # prompts on which the kernel's greedy text left bf16's within `tokens`
+    top1: float  # mean over the prompts of the teacher-forced top-1 agreement with the dense kernel's output
+    departed: int  # prompts on which the kernel's greedy text left the dense kernel's within `tokens`
     prompts: int  # prompts measured
     tokens: int  # new tokens compared per prompt
-    top1_untied: float | None = None  # the same agreement where bf16's own top-2 logits are not tied
+    top1_untied: float | None = None  # the same agreement where the dense kernel's own top-2 logits are not tied
     tied: int | None = None  # positions, over all prompts, where they are
 
 
 # What the recorded bench run measured, one row per (pair, kernel or real engine's plain mode)
-# (docs/benchmarks.md, "One run: bf16, q4k and w8a8 beside llama.cpp"): AVX-512 BF16 machine, the pair
-# in bf16, six bench prompts, 64 tokens; bf16's own top-2 logits were tied (within 0.5) at 17 of the
+# (docs/benchmarks.md, "One run: bf16, q4k and w8a8 beside llama.cpp", bf16 being the dense kernel's old name): AVX-512 BF16 machine, the pair
+# in bf16, six bench prompts, 64 tokens; the dense kernel's own top-2 logits were tied (within 0.5) at 17 of the
 # 384 positions.
 _PAIR = "qwen2.5-coder-1.5b/0.5b"
 RECORDED: tuple[tuple[str, str, Measured], ...] = (
     (_PAIR, "q4k", Measured(top1=1.000, departed=1, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
     (_PAIR, "w8a8", Measured(top1=0.992, departed=2, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
     (_PAIR, "llamacpp_plain", Measured(top1=1.000, departed=0, prompts=6, tokens=64, top1_untied=1.000, tied=17)),
+    # w4a8 in a later run of the same prompts (docs/benchmarks.md, "Faithfulness and the accounting on w4a8"),
+    # AMD EPYC with AVX-512 VNNI; the dense kernel was tied at 24 positions there.
+    (_PAIR, "w4a8", Measured(top1=0.995, departed=2, prompts=6, tokens=64, top1_untied=1.000, tied=24)),
 )
 MEASURED: dict[tuple[str, str], Measured] = {(pair, name): m for pair, name, m in RECORDED}
 
@@ -46,9 +49,9 @@ def faithfulness_note(pair_name: str, kernel: str) -> str:
         return "the dense target itself"
     m = MEASURED.get((pair_name, kernel))
     if m is None:
-        return "faithfulness to bf16 not measured for this pair"
-    untied = "" if m.top1_untied is None else f" ({m.top1_untied:.3f} where bf16 itself is not tied)"
-    return (f"top-1 agreement with bf16 {m.top1:.3f}{untied}, its greedy text left bf16's on {m.departed} of "
+        return "faithfulness to the dense target not measured for this pair"
+    untied = "" if m.top1_untied is None else f" ({m.top1_untied:.3f} where dense itself is not tied)"
+    return (f"top-1 agreement with dense {m.top1:.3f}{untied}, its greedy text left dense's on {m.departed} of "
             f"{m.prompts} prompts within {m.tokens} tokens")
 
 
@@ -59,7 +62,7 @@ def faithfulness_line(pair_name: str, names) -> str:
         return ""
     parts = ", ".join(f"{name} {m.top1:.3f}" + ("" if m.top1_untied is None else f" ({m.top1_untied:.3f})")
                       for name, m in measured)
-    untied = (" (in brackets: over the positions where bf16's own best two logits are not tied, so that which "
-              "token bf16 printed was not a matter of rounding)") if any(m.top1_untied is not None for _, m in measured) else ""
-    return (f"Measured top-1 agreement with bf16 under teacher forcing on the bench prompts ({pair_name}){untied}: "
+    untied = (" (in brackets: over the positions where dense's own best two logits are not tied, so that which "
+              "token dense printed was not a matter of rounding)") if any(m.top1_untied is not None for _, m in measured) else ""
+    return (f"Measured top-1 agreement with dense under teacher forcing on the bench prompts ({pair_name}){untied}: "
             f"{parts} (docs/benchmarks.md).")

@@ -37,7 +37,7 @@ def trained_path(pair_name: str) -> Path:
 def target_key(pair) -> dict:
     """What a head is keyed on: the target's weights (the GGUF's SHA-256 for the embedded pair, else
     a digest of the target's tensors, computed once per pair) and its tokenizer's fingerprint."""
-    if "head:target" not in pair.variants:
+    if pair.built.head_target is None:
         from specdec.models.vocab_subset import fingerprint
 
         if pair.source == "embedded bundle":
@@ -47,8 +47,8 @@ def target_key(pair) -> dict:
             name, weights = model.key, model.sha256
         else:
             name, weights = pair.name, weights_digest(pair.target)
-        pair.variants["head:target"] = {"name": name, "weights_sha256": weights, "tokenizer": fingerprint(pair.tokenizer)}
-    return pair.variants["head:target"]
+        pair.built.head_target = {"name": name, "weights_sha256": weights, "tokenizer": fingerprint(pair.tokenizer)}
+    return pair.built.head_target
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -60,13 +60,16 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def head_ids(pair, size: int = HEAD_VOCAB) -> torch.Tensor:
-    """(N,) the tokens the head drafts from: end-of-sequence and special tokens, then the most frequent."""
+def head_ids(pair, size: int = HEAD_VOCAB, rows: int | None = None) -> torch.Tensor:
+    """(N,) the tokens a truncated vocabulary head scores (the trained head's, a `-v16k` / `-v32k`
+    draft variant's): end-of-sequence and special tokens, then the most frequent, all below `rows`
+    (default: the target's lm_head rows; a draft variant passes its draft's)."""
     from specdec.models.vocab_subset import frequency_order, subset_ids
 
     order = pair.token_order if pair.token_order is not None else frequency_order(pair.tokenizer)
     always = [*sorted(pair.eos_ids), *getattr(pair.tokenizer, "all_special_ids", [])]
-    return subset_ids(order, size, always, pair.target.get_output_embeddings().out_features)
+    rows = rows if rows is not None else pair.target.get_output_embeddings().out_features
+    return subset_ids(order, size, always, rows)
 
 
 @dataclass
@@ -103,10 +106,18 @@ def offered_head(pair) -> HeadOffer:
     (a head file is verified whole when read: once per process, not once per run)."""
     paths = [trained_path(pair.name), *([SHIPPED[pair.name]] if pair.name in SHIPPED else [])]
     stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else (str(p),) for p in paths)
-    kept = pair.variants.get("head:offer")
+    kept = pair.built.head_offer
     if kept is None or kept[0] != stamp:
-        kept = pair.variants["head:offer"] = (stamp, find_head(pair, paths))
+        kept = pair.built.head_offer = (stamp, find_head(pair, paths))
     return kept[1]
+
+
+def require_head(pair) -> StoredHead:
+    """The pair's offered head (offered_head); ValueError saying why when it has none."""
+    offer = offered_head(pair)
+    if offer.stored is None:
+        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+    return offer.stored
 
 
 def head_note(pair_name: str) -> str:
@@ -147,8 +158,8 @@ def subset_lm_head(pair, ids: torch.Tensor, kernel: str = "dense") -> torch.nn.M
     """The target's lm_head on the tokens `ids` only (full-width rows, -inf elsewhere), kept per pair:
     its dense rows in the pair's dtype, or those rows as int8 run by the w8a8 kernel (the same int8
     rows the w8a8 target's head has: one scale per row)."""
-    key = f"head:lm_head:{kernel}:{ids.numel()}"
-    if key not in pair.variants:
+    key = (kernel, ids.numel())
+    if key not in pair.built.vocab_heads:
         from specdec.kernels.quant import quantize
         from specdec.kernels.variant_store import SubsetHead
 
@@ -161,8 +172,8 @@ def subset_lm_head(pair, ids: torch.Tensor, kernel: str = "dense") -> torch.nn.M
         else:
             inner = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
             inner.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
-        pair.variants[key] = SubsetHead(inner, ids.to(pair.device), vocab)
-    return pair.variants[key]
+        pair.built.vocab_heads[key] = SubsetHead(inner, ids.to(pair.device), vocab)
+    return pair.built.vocab_heads[key]
 
 
 def head_run(pair, head: HeadWeights, lm_head: torch.nn.Module | None = None, target: torch.nn.Module | None = None) -> HeadRun:

@@ -47,6 +47,11 @@ class StoredHead:
     def shape(self) -> HeadShape:
         return HeadShape(**self.record["shape"])
 
+    @property
+    def digest(self) -> str:
+        """The digest of the file's tensors (verified when read): what a built head and its measured step are keyed by."""
+        return self.record["tensors_sha256"]
+
 
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
     digest = hashlib.sha256()

@@ -13,8 +13,11 @@ Target kernel and draft variant were measured on one pair (MEASURED_PAIR): anoth
 dense target and the stock draft (a variant that helps one pair may hurt another: tiny-random's
 random weights lose most of their agreement in int4), and the kind's runner.
 
-The app's Advanced controls (app/advanced.py), `generate`'s and `bench`'s --draft-variant and --runner
-defaults (specdec/cli/args.py) and the start-up preload (specdec/serving/startup.py) read this table.
+This table is the fallback: where a CPU has measured its own candidates (specdec.serving.defaults_here,
+at the app's first start or with `python -m specdec defaults`), what was predicted fastest there is
+the start; elsewhere (a GPU, or before a measurement) this table's entry is. The app's Advanced
+controls (app/advanced.py), `generate`'s and `bench`'s defaults (specdec/cli/args.py) and the start-up
+preload (specdec/serving/startup.py) read both through defaults_here.start_defaults.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ DOCS = "docs/benchmarks.md"
 class Measurement:
     """The run that chose an entry, as docs/benchmarks.md records it."""
 
-    command: str
+    command: str  # as it was run (`bf16`: the dense kernel's old name, still accepted)
     figure: str
     cpu: str
     doc: str  # DOCS + its anchor
@@ -58,7 +61,7 @@ class MachineDefaults:
 
 # One draft model at a fixed K, eager: what every pair and device can run, with nothing built or
 # measured first (the cost K policy needs a cost table, a minute or more on a large pair).
-SAFE = MachineDefaults("bf16", "bf16", "model", "eager", "fixed", "the safe start, which every pair and device runs")
+SAFE = MachineDefaults("dense", "dense", "model", "eager", "fixed", "the safe start, which every pair and device runs")
 
 # `best` in the bench (specdec.bench.policies.best_config) is the auto drafter with the cost K policy; the
 # page runs the same drafter and policy (with its own k_max, and no confidence stop).
@@ -75,7 +78,7 @@ MEASURED: dict[str, MachineDefaults] = {
                     "2-core Intel Xeon, AVX-512 BF16, AMX",
                     f"{DOCS}#one-run-w8a8-batch-invariant-and-the-trained-head-avx-512-bf16-machine")),
     "cpu-avx2": MachineDefaults(
-        "int8", "bf16", "auto", "eager", "cost",
+        "int8", "dense", "auto", "eager", "cost",
         "the fastest exact configuration measured on this kind (the bench's best mode on int8, 2.00 tok/s; dense 1.79, "
         "q4k 1.92). Drafting pays little on this CPU, so K comes from its pass costs (0 where drafting would "
         "not pay). w8a8 is left out: it departed from plain away from ties there before it was made batch-invariant, "

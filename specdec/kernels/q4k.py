@@ -36,21 +36,29 @@ SUB = 32  # weights per sub-block: the int4 kernel's group size
 BLOCK_BYTES = 144  # bytes per super-block
 
 
-def unpack(blocks: torch.Tensor, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(rows, n*144) uint8 Q4_K rows -> q (rows, cols) uint8 0..15, scale and low (rows, cols/32)
-    float32, with weight = q * scale + low."""
+def parts(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, n*144) uint8 Q4_K rows -> the stored numbers themselves: q (rows, n*256) uint8 0..15 (the
+    padding included), sc and m (rows, n, 8) uint8 0..63, d and dmin (rows, n) float16; weight i of
+    sub-block j of super-block s is d[s] * sc[s, j] * q - dmin[s] * m[s, j]."""
     rows = blocks.shape[0]
     b = blocks.reshape(rows, -1, BLOCK_BYTES)  # (rows, n, 144)
     n = b.shape[1]
-    d = b[..., 0:2].contiguous().view(torch.float16).float()  # (rows, n, 1)
-    dmin = b[..., 2:4].contiguous().view(torch.float16).float()
+    d = b[..., 0:2].contiguous().view(torch.float16)[..., 0]  # (rows, n)
+    dmin = b[..., 2:4].contiguous().view(torch.float16)[..., 0]
     sc, m = _scales_and_minima(b[..., 4:16])  # (rows, n, 8) each
     packed = b[..., 16:].reshape(rows, n, 4, 1, 32)  # (rows, n, chunk c, 1, i)
     q = torch.cat([packed & 15, packed >> 4], dim=3)  # (rows, n, c, nibble h, i): sub-block 2c + h
-    q = q.reshape(rows, n * SUPER)[:, :cols]
-    scale = (d * sc.float()).reshape(rows, n * 8)[:, : cols // SUB]
-    low = (-dmin * m.float()).reshape(rows, n * 8)[:, : cols // SUB]
-    return q.contiguous(), scale.contiguous(), low.contiguous()
+    return q.reshape(rows, n * SUPER), sc, m, d, dmin
+
+
+def unpack(blocks: torch.Tensor, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, n*144) uint8 Q4_K rows -> q (rows, cols) uint8 0..15, scale and low (rows, cols/32)
+    float32, with weight = q * scale + low."""
+    q, sc, m, d, dmin = parts(blocks)
+    rows, n = d.shape
+    scale = (d.float()[..., None] * sc.float()).reshape(rows, n * 8)[:, : cols // SUB]
+    low = (-dmin.float()[..., None] * m.float()).reshape(rows, n * 8)[:, : cols // SUB]
+    return q[:, :cols].contiguous(), scale.contiguous(), low.contiguous()
 
 
 def dequantize(blocks: torch.Tensor, cols: int) -> torch.Tensor:

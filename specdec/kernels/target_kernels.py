@@ -3,9 +3,10 @@
 The target decides the output, so a kernel here is a different model only where its weights differ;
 speculative and plain decoding on one kernel emit the same tokens (up to reported ties), as ever.
 
-- `bf16`: the dense target as loaded, in the pair's dtype: the GGUF's weights dequantized and
-  stored in bf16 by the conversion. The pair's dtype is bf16 where the CPU runs it natively
-  (AVX-512 BF16, AMX) and fp32 otherwise (an AVX2-only CPU), so on AVX2 this kernel runs fp32.
+- `dense` (called `bf16` before, still read so): the dense target as loaded, in the pair's dtype:
+  the GGUF's weights dequantized and stored in bf16 by the conversion. The pair's dtype is bf16
+  where the CPU runs it natively (AVX-512 BF16, AMX) and fp32 otherwise (an AVX2-only CPU), so on
+  AVX2 this kernel runs fp32.
 - `int8`: every linear layer, the head and the embedding table weight-only int8 with one scale
   per row (specdec/kernels/quant.py, torch's `_weight_int8pack_mm`), quantized from the dense target:
   the same recipe and disk cache as the int8 target lane of specdec/kernels/variants.py.
@@ -21,12 +22,17 @@ speculative and plain decoding on one kernel emit the same tokens (up to reporte
   of its pass, so checking K+1 tokens costs little more than one and stays exact. The embedding
   table is weight-only int8; the rest of the model keeps the pair's dtype. Offered only where the
   kernel runs (specdec/kernels/device_offer.py; specdec/kernels/w8a8_build.py says why not elsewhere).
+- `w4a8`: the q4k kernel's weights (the GGUF's Q4_K tensors on their own grid, the same stored state)
+  with int8 activations per block of each row, in this project's own kernel (specdec/kernels/w4a8.py):
+  exact per row like w8a8, at about half its bytes for the Q4_K layers. The GGUF's Q6_K tensors (the
+  head, half of `ffn_down` and `attn_v`) run on the W8A8 kernel, int8 per channel from their exact
+  values; the Q4_K embedding is read row by row on lookup. Offered where w8a8 is (the same library).
 
 Quantized weight-only kernels compute their matrix products with bf16 activations on a CPU (ACTIVATION):
 torch's int8 and int4 CPU kernels are much slower with fp32 activations, on AVX2 as on AVX-512 BF16
 (measured, docs/benchmarks.md "Target kernels"). The rest of the model keeps the pair's dtype.
 
-Built kernels are kept per pair (`pair.variants["kernel:<name>"]`) and stored once beside the
+Built kernels are kept per pair (`pair.built.kernels[<name>]`) and stored once beside the
 converted target (`<target folder>.<kernel>/`), keyed on what they were built from.
 """
 
@@ -39,7 +45,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.core.variant_names import needs_w8a8, parse_kernel
+from specdec.core.variant_names import DENSE, native_kernel, parse_kernel
 from specdec.kernels import w8a8_build
 from specdec.kernels.batch_invariant import invariant_kernel, make_batch_invariant
 from specdec.models import machine
@@ -55,18 +61,18 @@ def kernel_target(pair, name: str) -> nn.Module:
     """The target of `pair` as run by kernel `name`: the pair's own, kept from before, loaded from
     the disk cache, or built (and stored). Batch-invariant where specdec/kernels/batch_invariant.py
     says the kernel can be (a check gives each row a one-token pass's bits)."""
-    parse_kernel(name)
-    if name == "bf16":
+    name = parse_kernel(name)  # an old name read as today's
+    if name == DENSE:
         model = pair.target
     else:
-        if needs_w8a8(name):
-            w8a8_build.require(pair.device)
-        key = f"kernel:{name}"
-        if key not in pair.variants:
-            built = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8}[name](pair)
+        if native_kernel(name):
+            w8a8_build.require_for(name, pair.device)
+        kernels = pair.built.kernels
+        if name not in kernels:
+            built = {"int8": _build_int8, "q4k": _build_q4k, "w8a8": _build_w8a8, "w4a8": _build_w4a8}[name](pair)
             built.generation_config = pair.target.generation_config  # the pair's end-of-sequence ids
-            pair.variants[key] = built
-        model = pair.variants[key]
+            kernels[name] = built
+        model = kernels[name]
     if invariant_kernel(name, pair.dtype_name, pair.device):
         make_batch_invariant(model)  # idempotent
     return model
@@ -74,8 +80,8 @@ def kernel_target(pair, name: str) -> nn.Module:
 
 def release(pair, keep: str | None = None) -> None:
     """Drop every built kernel model but `keep` from the pair (the bench keeps one at a time)."""
-    for key in [k for k in pair.variants if k.startswith("kernel:") and k != f"kernel:{keep}"]:
-        del pair.variants[key]
+    for name in [k for k in pair.built.kernels if k != keep]:
+        del pair.built.kernels[name]
 
 
 def activation_dtype(pair) -> torch.dtype:
@@ -121,14 +127,19 @@ def target_gguf(pair) -> Path | None:
     return gguf_files()[0]
 
 
-def _build_q4k(pair) -> nn.Module:
+def _build_q4k(pair, kernel: str = "q4k") -> nn.Module:
+    """The GGUF's Q4_K state (stored once beside the converted target), or Q4_K bytes from the dense
+    weights where there is no GGUF, assembled for `kernel` (q4k or w4a8: the same weights)."""
     path = target_gguf(pair)
     if path is None:  # no GGUF: Q4_K bytes from the dense weights, in memory
         layout, tensors = dense_q4k_state(pair.target)
-        return assemble_q4k(pair.target.config, layout, tensors, pair.dtype, activation_dtype(pair), pair.device)
-    recipe = _recipe(path)
-    layout, tensors = _stored(pair.target_dir, recipe, lambda: gguf_q4k_state(path))
-    return assemble_q4k(pair.target.config, layout, tensors, pair.dtype, activation_dtype(pair), pair.device)
+    else:
+        layout, tensors = _stored(pair.target_dir, _recipe(path), lambda: gguf_q4k_state(path))
+    return assemble_q4k(pair.target.config, layout, tensors, pair.dtype, activation_dtype(pair), pair.device, kernel)
+
+
+def _build_w4a8(pair) -> nn.Module:
+    return _build_q4k(pair, "w4a8")
 
 
 def _recipe(path: Path) -> Q4KRecipe:
@@ -227,13 +238,17 @@ def dense_q4k_state(model: nn.Module) -> tuple[dict, dict]:
     return layout, tensors
 
 
-def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, compute: torch.dtype, device: torch.device) -> nn.Module:
+def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, compute: torch.dtype, device: torch.device,
+                 kernel: str = "q4k") -> nn.Module:
     """The model from its stored form without a dense copy of the Q4_K weights: a skeleton on the
-    meta device, Q4_K modules built from their blocks, everything else assigned in `dtype`."""
+    meta device, Q4_K modules built from their blocks, everything else assigned in `dtype`. kernel
+    "w4a8": the Q4_K linear layers on the W4A8 kernel, every other linear layer (the GGUF's Q6_K
+    tensors, dequantized) on the W8A8 kernel, int8 per output channel."""
     from transformers import AutoModelForCausalLM
 
     from specdec.kernels.q4k import Q4KEmbedding, Q4KLinear
     from specdec.kernels.variant_store import fill_the_rest
+    from specdec.kernels.w4a8 import W4A8Linear
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)  # its own: see variant_store.assemble
@@ -244,7 +259,26 @@ def assemble_q4k(config, layout: dict, tensors: dict, dtype: torch.dtype, comput
         blocks, cols = tensors[f"{name}.blocks"], entry["cols"]
         if entry["kind"] == "q4k_embedding":
             module = Q4KEmbedding(blocks, cols, dtype, device)
+        elif kernel == "w4a8":
+            module = W4A8Linear(blocks, cols, tensors.get(f"{name}.bias"), device)
         else:
             module = Q4KLinear(blocks, cols, tensors.get(f"{name}.bias"), dtype, compute, device)
         model.set_submodule(name, module)
-    return fill_the_rest(model, layout, tensors, dtype, device, "q4k target kernel")
+    if kernel == "w4a8":
+        layout = {**layout, **_dense_on_w8a8(model, layout, tensors, device)}
+    return fill_the_rest(model, layout, tensors, dtype, device, f"{kernel} target kernel")
+
+
+def _dense_on_w8a8(model: nn.Module, layout: dict, tensors: dict, device: torch.device) -> dict:
+    """Every linear layer still dense (not in `layout`) replaced by a W8A8 layer quantized from its
+    stored weight; their layout entries (so that fill_the_rest leaves their tensors alone)."""
+    from specdec.kernels.quant import quantize
+    from specdec.kernels.w8a8 import W8A8Linear
+
+    done = {}
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Linear) and name not in layout:
+            weight, bias = tensors[f"{name}.weight"], tensors.get(f"{name}.bias")
+            model.set_submodule(name, W8A8Linear(quantize(weight, 8), bias, device))
+            done[name] = {"kind": "w8a8_linear"}
+    return done

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from specdec.core.runners.attention import use_device_attention
+from specdec.kernels.attention import set_attention
 from specdec.kernels.quant import QuantEmbedding, QuantLinear, QuantWeight, quantize, quantizer_parameters
 
 
@@ -74,8 +74,14 @@ def quantized_state(model: nn.Module, recipe, ids: torch.Tensor | None) -> tuple
             layout[name] = {"kind": "embedding", "bits": recipe.embedding, "group": recipe.group}
         elif isinstance(module, nn.Linear):
             bits = recipe.layer_bits(name)
-            tensors.update(quantize(module.weight, bits, recipe.group).tensors(name))
             layout[name] = {"kind": "linear", "bits": bits, "group": recipe.group, **_w8a8(recipe)}
+            if _is_w4a8(layout[name]):  # Q4_K bytes, which the W4A8 kernel runs on their own grid
+                from specdec.kernels import q4k
+
+                tensors[f"{name}.blocks"] = q4k.quantize(module.weight)
+                layout[name]["cols"] = module.weight.shape[1]
+            else:
+                tensors.update(quantize(module.weight, bits, recipe.group).tensors(name))
         else:
             continue
         done.add(name)
@@ -94,8 +100,17 @@ def _w8a8(recipe) -> dict:
     return {"activations": 8} if getattr(recipe, "activations", None) == 8 else {}
 
 
+def _is_w4a8(entry: dict) -> bool:
+    """A layout entry of a 4-bit layer with int8 activations: stored as Q4_K bytes (`<name>.blocks`)."""
+    return entry.get("bits") == 4 and entry.get("activations") == 8
+
+
 def _linear(entry: dict, tensors: dict, name: str, bias, dtype: torch.dtype, device: torch.device) -> nn.Module:
-    """A stored quantized linear layer: W8A8 (int8 activations per row) or weight-only."""
+    """A stored quantized linear layer: W8A8 or W4A8 (int8 activations per row) or weight-only."""
+    if _is_w4a8(entry):
+        from specdec.kernels.w4a8 import W4A8Linear
+
+        return W4A8Linear(tensors[f"{name}.blocks"], entry["cols"], bias, device)
     weight = QuantWeight.from_tensors(tensors, name, entry["bits"], entry.get("group", 0))
     if entry.get("activations") == 8:
         from specdec.kernels.w8a8 import W8A8Linear
@@ -111,7 +126,7 @@ def assemble(config, layout: dict, tensors: dict, dtype: torch.dtype, device: to
 
     with torch.device("meta"):
         # A config of its own: transformers keeps the object it is given, and a model's attention is
-        # chosen on its config (specdec/kernels/batch_invariant.py switches one model, not its base).
+        # chosen on its config (specdec/kernels/attention.py switches one model, not its base).
         model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     vocab = config.vocab_size
     for name, entry in layout.items():
@@ -145,7 +160,7 @@ def fill_the_rest(model: nn.Module, layout: dict, tensors: dict, dtype: torch.dt
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"{what} is missing tensors for {', '.join(left[:3])}")
-    use_device_attention(model)  # as the pair's own models run (specdec/models/pair.py)
+    set_attention(model)  # its device's, as the pair's own models (specdec/models/pair.py)
     return model.eval()
 
 

@@ -4,10 +4,12 @@ The target checks every draft token, so the draft may be as approximate as we li
 draft changes only how many tokens are accepted. A variant is named `<weights>[-v16k|-v32k]`
 (the names and their parsing: specdec/core/variant_names.py):
 
-- weights `bf16`: the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
+- weights `dense` (called `bf16` before): the draft's own weights (in the pair's dtype); `int8` / `int4`: weight-only
   quantized by specdec/kernels/quant.py (see RECIPES for which layer gets what); `w8a8`: the int8
   weights of `int8`, every linear layer and the head run with int8 activations quantized per row
   (specdec/kernels/w8a8.py; offered only where that kernel runs: specdec/kernels/device_offer.py);
+  `w4a8`: the decoder layers in Q4_K bytes (specdec/kernels/q4k.py `quantize`) run with int8 activations
+  by specdec/kernels/w4a8.py, the head W8A8 and the embedding int8 (offered where w8a8 is);
 - `-v16k` / `-v32k`: a truncated vocabulary head that scores only the 16384 / 32768 most frequent
   tokens (specdec/models/vocab_subset.py) and fills every other logit with -inf, so argmax, softmax and
   rejection sampling downstream see an ordinary full-width row: q is a distribution over the
@@ -16,7 +18,7 @@ draft changes only how many tokens are accepted. A variant is named `<weights>[-
 Quantized variants are built once from the draft and cached on disk beside its converted copy
 (`<draft folder>.<variant>/`, written to a `.partial` folder and renamed when complete, like
 specdec/models/bundle.py), so a restart loads them in about a second without building anything, and
-without touching the bf16 weights. A pair keeps every variant it has built (`pair.variants`), so
+without touching the dense weights. A pair keeps every variant it has built (`pair.built.drafts`), so
 switching between runs costs nothing after the first use. Pairs without a converted folder
 (tiny-random, Hub models) build variants in memory.
 """
@@ -29,12 +31,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.core.variant_names import needs_w8a8, variant_parts
+from specdec.core.variant_names import canonical, native_kernel, variant_parts
 from specdec.kernels import w8a8_build
+from specdec.kernels.head_offer import head_ids
 from specdec.kernels.quant import INT4_GROUP, module_bytes
 from specdec.kernels.variant_store import (assemble, is_complete, load_folder, quantized_state, save_variant, stock_state, variant_folder,
                             variant_mark)
-from specdec.models.vocab_subset import frequency_order, subset_ids
 
 
 
@@ -56,8 +58,11 @@ class Recipe:
 # Chosen by measurement (docs/benchmarks.md, "Draft variants"): per-token agreement with the
 # target's own output, pass time and resident memory.
 # The embedding of `w8a8` stays weight-only int8: a lookup reads one row, there is no product to run.
+# `w4a8`: 4-bit layers with int8 activations are Q4_K bytes on the W4A8 kernel (variant_store), the head
+# W8A8 (kept wider, as llama.cpp's Q4_K_M keeps its head in 6 bits).
 RECIPES = {"int8": Recipe(layers=8, head=8, embedding=8), "int4": Recipe(layers=4, head=8, embedding=4),
-           "w8a8": Recipe(layers=8, head=8, embedding=8, activations=8)}
+           "w8a8": Recipe(layers=8, head=8, embedding=8, activations=8),
+           "w4a8": Recipe(layers=4, head=8, embedding=8, activations=8)}
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,9 @@ class VariantSpec:
 
 
 def parse_variant(name) -> VariantSpec:
-    """`int4-v32k` -> VariantSpec(bits=4, vocab=32768); ValueError naming the field otherwise."""
-    return VariantSpec(name, *variant_parts(name))
+    """`int4-v32k` -> VariantSpec(bits=4, vocab=32768), an old name as today's (`bf16-v32k` ->
+    `dense-v32k`); ValueError naming the field otherwise."""
+    return VariantSpec(canonical(name), *variant_parts(name))
 
 
 # --- getting a variant ----------------------------------------------------------------------------
@@ -91,15 +97,17 @@ def parse_variant(name) -> VariantSpec:
 def draft_model(pair, name: str) -> nn.Module:
     """The draft of `pair` as variant `name`: built, loaded from the disk cache, or kept from before."""
     spec = parse_variant(name)
+    name = spec.name
     if spec.is_stock:
         return pair.draft
-    if needs_w8a8(name):
-        w8a8_build.require(pair.device)
-    if pair.draft is None and name not in pair.variants:
+    if native_kernel(name):
+        w8a8_build.require_for(native_kernel(name), pair.device)
+    drafts = pair.built.drafts
+    if pair.draft is None and name not in drafts:
         raise ValueError(f"draft_variant {name!r} needs a draft model, and pair {pair.name!r} has none")
-    if name not in pair.variants:
-        pair.variants[name] = load_or_build(pair, spec)
-    return pair.variants[name]
+    if name not in drafts:
+        drafts[name] = load_or_build(pair, spec)
+    return drafts[name]
 
 
 def target_model(pair, name: str = "int4") -> nn.Module:
@@ -109,10 +117,10 @@ def target_model(pair, name: str = "int4") -> nn.Module:
     spec = parse_variant(name)
     if spec.weights not in ("int8", "int4") or spec.vocab is not None:
         raise ValueError(f"a quantized target is int8 or int4, got {name!r}")
-    key = f"target:{name}"
-    if key not in pair.variants:
-        pair.variants[key] = quantized_model(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
-    return pair.variants[key]
+    lossy = pair.built.lossy
+    if name not in lossy:
+        lossy[name] = quantized_model(pair.target, pair.target_dir, spec, None, compute_dtype(pair, spec), pair.device)
+    return lossy[name]
 
 
 def compute_dtype(pair, spec: VariantSpec) -> torch.dtype:
@@ -125,7 +133,7 @@ def compute_dtype(pair, spec: VariantSpec) -> torch.dtype:
 
 
 def load_or_build(pair, spec: VariantSpec) -> nn.Module:
-    ids = head_ids(pair, spec) if spec.vocab else None
+    ids = head_ids(pair, spec.vocab, rows=pair.draft.get_output_embeddings().weight.shape[0]) if spec.vocab else None
     if spec.bits is None:  # a truncated head on the draft's own weights: instant, nothing to cache
         return assemble(pair.draft.config, *stock_state(pair.draft, ids), pair.dtype, pair.device)
     return quantized_model(pair.draft, pair.draft_dir, spec, ids, compute_dtype(pair, spec), pair.device)
@@ -147,13 +155,6 @@ def quantized_model(base: nn.Module, base_dir: Path | None, spec: VariantSpec, i
     if folder is not None:
         save_variant(folder, mark, spec.name, layout, tensors)
     return assemble(base.config, layout, tensors, dtype, device)
-
-
-def head_ids(pair, spec: VariantSpec) -> torch.Tensor:
-    """(N,) the tokens the head keeps: end-of-sequence and special tokens, then the most frequent."""
-    order = pair.token_order if pair.token_order is not None else frequency_order(pair.tokenizer)
-    always = [*sorted(pair.eos_ids), *getattr(pair.tokenizer, "all_special_ids", [])]
-    return subset_ids(order, spec.vocab, always, pair.draft.get_output_embeddings().weight.shape[0])
 
 
 def resident_gb(model: nn.Module | None) -> float | None:

@@ -1,7 +1,9 @@
-"""The W8A8 kernel's library (specdec/kernels/csrc/: w8a8.cpp, and attention_rows.cpp, the
-batch-invariant attention of a w8a8 target): built once with the system's C++ compiler against
-torch's own headers and libraries, cached, loaded as the torch ops `torch.ops.specdec.w8a8_linear`,
-`torch.ops.specdec.w8a8_paths` and `torch.ops.specdec.attention_rows`; and whether this machine can run it.
+"""The W8A8 kernel's library (specdec/kernels/csrc/: w8a8.cpp; w4a8.cpp, the W4A8 kernel, which shares
+its activation quantization, activation_blocks.h; and attention_rows.cpp, the batch-invariant attention
+of a w8a8 or w4a8 target): built once with the system's C++ compiler against torch's own headers and
+libraries, cached, loaded as the torch ops `torch.ops.specdec.w8a8_linear`, `torch.ops.specdec.w8a8_paths`,
+`torch.ops.specdec.w4a8_linear`, `torch.ops.specdec.w4a8_paths` and `torch.ops.specdec.attention_rows`; and
+whether this machine can run it (one answer for both kernels: `unavailable_for` words it for either).
 
 The cache folder is `<cache>/kernels/w8a8-<key>/`, the key a hash of the sources, torch's version, the
 compiler's version and the flags, so any change there builds anew and nothing else ever does. The
@@ -31,7 +33,9 @@ from pathlib import Path
 from specdec.models import machine
 from specdec.models.bundle import cache_root
 
-SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("w8a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
+_CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = tuple(_CSRC / name for name in ("w8a8.cpp", "w4a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
+HEADERS = (_CSRC / "activation_blocks.h",)  # included by the sources: part of the key, not of the command
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")
@@ -75,7 +79,7 @@ def build_key(cxx: str) -> str:
     """A short hash of everything the built library depends on."""
     import torch
 
-    text = "\n".join([*(source.read_text() for source in SOURCES), torch.__version__, compiler_version(cxx), " ".join(FLAGS), platform.machine()])
+    text = "\n".join([*(source.read_text() for source in (*SOURCES, *HEADERS)), torch.__version__, compiler_version(cxx), " ".join(FLAGS), platform.machine()])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -101,6 +105,19 @@ def unavailable_reason(device=None) -> str | None:
     if (failed_folder(cxx) / "build.log").is_file() and not (build_folder(cxx) / LIBRARY).is_file():
         return f"{NAME} is not available here: its build failed (log: {failed_folder(cxx) / 'build.log'})"
     return None
+
+
+def unavailable_for(kernel: str, device=None) -> str | None:
+    """unavailable_reason worded for `kernel` ("w8a8" or "w4a8": both run on this library)."""
+    reason = unavailable_reason(device)
+    return None if reason is None else reason.replace(NAME, f"the {kernel} target kernel", 1)
+
+
+def require_for(kernel: str, device=None) -> None:
+    """ValueError with the one-line reason, worded for `kernel`, where the library cannot run."""
+    reason = unavailable_for(kernel, device)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 def available(device=None) -> tuple[bool, str]:
@@ -133,6 +150,7 @@ def load(progress: bool = True) -> Path:
         # shape with n columns, in the input's dtype. Without it a compiled runner cannot capture a pass.
         torch.library.register_fake("specdec::w8a8_linear")(
             lambda x, packed, w_scale, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
+        torch.library.register_fake("specdec::w4a8_linear")(lambda x, packed, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
         torch.library.register_fake("specdec::attention_rows")(  # (B, H, L, D) queries -> (B, L, H, D)
             lambda q, k, v, mask, scale: q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3])))
         torch.library.register_fake("specdec::linear_rows")(lambda x, w, bias: x.new_empty((*x.shape[:-1], w.shape[0])))
@@ -182,10 +200,10 @@ def _compile(argv: list[str], progress: bool) -> tuple[int, str]:
     return process.returncode, "".join(output)
 
 
-def paths() -> list[str]:
-    """The instruction-set paths this CPU runs the kernel on: 'avx2', and 'avx512' (VNNI) where it has it."""
+def paths(kernel: str = "w8a8") -> list[str]:
+    """The instruction-set paths this CPU runs `kernel` (w8a8 or w4a8) on: 'avx2', and 'avx512' (VNNI) where it has it."""
     import torch
 
     load()
-    bits = int(torch.ops.specdec.w8a8_paths())
+    bits = int(torch.ops.specdec.w4a8_paths() if kernel == "w4a8" else torch.ops.specdec.w8a8_paths())
     return [name for bit, name in ((1, "avx2"), (2, "avx512")) if bits & bit]

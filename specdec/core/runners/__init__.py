@@ -11,8 +11,8 @@ step over any of them: the proposer's draft, the check of K+1 tokens in one targ
 acceptance on the device, one read to the host. A model is lent to a run (`ModelLender.claim`,
 before its prompt) and given back when it ends (`release`): an eager or static run gets a model of
 its own, a compiled run the process's captured model of the right size, one run at a time.
-Making a lender also sets the module's attention to the path of the device it now runs on
-(attention.py): a model built on the CPU and moved to CUDA runs CUDA's.
+A runner runs the attention its model was given where the model was made or moved
+(specdec/kernels/attention.py); it sets none of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Protocol
 import torch
 
 from specdec.core.config import parse_runner
-from specdec.core.runners.attention import use_device_attention
 from specdec.core.runners.capture import compiled_model
 from specdec.core.runners.eager_model import EagerModels
 from specdec.core.runners.static_model import StaticModels
@@ -71,5 +70,4 @@ def runner_model(runner: str, module, vocab_size: int, linear=None) -> ModelLend
         log.warning("specdec: the %s runner runs eager for this model: its weights are spread over %s",
                     runner, ", ".join(sorted(str(d) for d in devices)))
         runner = "eager"
-    use_device_attention(module)  # the attention of the device the module runs on now, moved or not
     return lenders[runner](module, vocab_size, linear)

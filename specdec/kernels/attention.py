@@ -1,8 +1,8 @@
-"""One attention path per device, chosen from the device a model runs on when a runner takes it.
+"""Every attention path a model runs, and the one switch that sets it: `set_attention`.
 
 Qwen2.5 shares each key/value head among several query heads (grouped-query attention: 6 query
-heads per key/value head in the 1.5B target, 7 in the 0.5B draft). Neither path below copies a
-key/value head once per query head (CUDA's in bf16 or fp16); transformers' `sdpa` does
+heads per key/value head in the 1.5B target, 7 in the 0.5B draft). None of the paths below copies
+a key/value head once per query head (CUDA's in bf16 or fp16); transformers' `sdpa` does
 (`repeat_kv`) for every masked pass of more than one token: a check of the static and compiled
 runners, over the whole cache.
 
@@ -20,11 +20,19 @@ runners, over the whole cache.
   `sdpa` avoids it for that reason). Each pass still attends over
   the whole cache (a captured graph has one shape; the valid length lives on the device).
   Not measured on a GPU yet (docs/deploy.md).
+- A batch-invariant model on a CPU that runs this project's kernel library, `row_attention`:
+  `torch.ops.specdec.attention_rows` (csrc/attention_rows.cpp) computes each (batch, key/value
+  head, query row) alone, over the keys that row may see, in key order, one fixed vector layout,
+  so a row gets the same bits alone and in a check of K+1 (specdec/kernels/batch_invariant.py says
+  which models are made so, and why torch's own attention is not).
 - Anything else keeps transformers' `sdpa`.
 
-A model built on the CPU and then moved to CUDA (every pair on ZeroGPU, specdec/serving/startup.py)
-still holds the CPU's choice until `use_device_attention` runs again: `runner_model` calls it for
-every lender it makes, so the passes run the path of the device they run on.
+`set_attention(model, invariant=...)` picks one of these for the device the model is on. It runs
+where a model is made or moved, never on each run: when a pair is loaded (specdec/models/pair.py),
+a draft variant or target kernel is assembled (specdec/kernels/variant_store.py), a model is made
+batch-invariant (specdec/kernels/batch_invariant.py), and when start-up moves a pair built on the
+CPU to CUDA (specdec/serving/startup.py `place`, every pair on ZeroGPU). The runners run what
+they are given.
 """
 
 from __future__ import annotations
@@ -32,8 +40,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specdec.kernels import w8a8_build
+
 PACKED = "specdec_packed_sdpa"
 GROUPED = "specdec_grouped_sdpa"
+ROWS = "specdec_row_attention"
+ROW_DTYPES = (torch.float32, torch.bfloat16)  # what row_attention's kernel computes; other dtypes go to packed_sdpa
 
 
 def packed_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -67,11 +79,24 @@ def grouped_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Te
     return out.transpose(1, 2).contiguous(), None
 
 
+def row_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+                  dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """As packed_sdpa (same shapes in and out), each row alone in a fixed order of sums; what the
+    kernel does not compute (another dtype, dropout, an additive mask) goes to packed_sdpa."""
+    mask = attention_mask
+    usable = query.dtype in ROW_DTYPES and key.dtype == value.dtype == query.dtype and dropout == 0.0
+    if not usable or (mask is not None and (mask.dtype != torch.bool or mask.shape[-2] != query.shape[2])):
+        return packed_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return torch.ops.specdec.attention_rows(query, key, value, mask, scale), None
+
+
 PATHS = {"cpu": (PACKED, packed_sdpa), "cuda": (GROUPED, grouped_sdpa)}
+FUNCTIONS = {**dict(PATHS.values()), ROWS: row_attention}  # every path by the name transformers knows it by
 
 
 def attention_for(device_type: str) -> str:
-    """The attention implementation models on this kind of device run."""
+    """The attention implementation models on this kind of device run (when not batch-invariant)."""
     return PATHS[device_type][0] if device_type in PATHS else "sdpa"
 
 
@@ -80,35 +105,34 @@ def device_type(model) -> str:
     return model.device.type
 
 
-KEPT = "_specdec_kept_attention"  # (device type, implementation): an attention chosen for the model on that device
+def rows_run_on(device) -> bool:
+    """Whether `row_attention` runs here: a CPU that runs the kernel library (x86 with AVX2, a C++
+    compiler: specdec/kernels/w8a8_build.py)."""
+    return getattr(device, "type", str(device)) == "cpu" and w8a8_build.available(device)[0]
 
 
-def keep_attention(model) -> None:
-    """Keep the attention the model runs now while it stays on this device: a kernel layer chose it
-    (the batch-invariant rows of specdec/kernels/batch_invariant.py), and a runner must not reset it."""
-    setattr(model, KEPT, (device_type(model), model.config._attn_implementation))
-
-
-def use_device_attention(model) -> str | None:
-    """Set the model's attention to its device's path, or to the one kept for it on this device (a
-    no-op when it already runs it, or when the module is no transformers model) -> the
-    implementation it now runs, or None."""
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "set_attn_implementation"):
+def set_attention(model, invariant: bool = False) -> str | None:
+    """Set the model's attention for the device it is on now: `row_attention` where `invariant` and
+    the rows run there (the kernel library built here if it is not yet), else the device's path.
+    A no-op when the model already runs it, or when the module is no transformers model (the tests'
+    bigram model) -> the implementation it now runs, or None."""
+    if getattr(model, "config", None) is None or not hasattr(model, "set_attn_implementation"):
         return None
-    kept_on, kept = getattr(model, KEPT, (None, None))
-    name = kept if kept_on == device_type(model) else attention_for(device_type(model))
-    if config._attn_implementation != name:
+    kind = device_type(model)
+    name = ROWS if invariant and rows_run_on(kind) else attention_for(kind)
+    if model.config._attn_implementation != name:
+        if name == ROWS:
+            w8a8_build.load()  # the library that registers torch.ops.specdec.attention_rows
         register_paths()
         model.set_attn_implementation(name)
     return name
 
 
 def register_paths() -> None:
-    """Make every device's path known to transformers by name."""
+    """Make every path known to transformers by name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    for name, function in PATHS.values():
+    for name, function in FUNCTIONS.items():
         AttentionInterface.register(name, function)
-        AttentionMaskInterface.register(name, sdpa_mask)  # the masks sdpa gets (None where causal suffices)
+        AttentionMaskInterface.register(name, sdpa_mask)  # the masks sdpa gets: bool, None where causal suffices
