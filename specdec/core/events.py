@@ -50,6 +50,7 @@ class StepEvent:
     engine: str = OUR_ENGINE  # who produced the event: this project's engine, or a real one (specdec.engines.base.ENGINES)
     unseen_rejected: int = 0  # rejected draft tokens the engine counted but did not name (not in `drafted`)
     predicted_tok_s: float | None = None  # tokens/s the cost K policy predicted for this step at its K (None: another policy)
+    paused_why: str = ""  # on a paused step: why drafting would not pay, with this machine's c and the acceptance so far
 
     @property
     def n_drafted(self) -> int:

@@ -139,7 +139,7 @@ class HeadWeights(nn.Module):
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One query row per head over every cached key: q (heads, 1, d), k and v (kv, L, d) -> (heads, 1, d).
-    Each key/value head's query heads are stacked as rows of one product (as specdec/core/runners/attention.py
+    Each key/value head's query heads are stacked as rows of one product (as specdec/kernels/attention.py
     does for the target: torch's grouped-query path is slow on a CPU for one query)."""
     kv = k.shape[0]
     stacked = q.reshape(kv, -1, q.shape[-1])  # (kv, group, d): query head g * group + r is row r of group g

@@ -10,9 +10,11 @@ Three policies, one per `GenerationConfig.k_policy` (config.K_POLICIES):
 
   (Leviathan et al. 2023's expected tokens per pass, specdec.core.theory), with rate(0) = 1 / target_s(1),
   the plain decoding step of the same target. draft_s and target_s come from a cost table measured
-  before the run (specdec.measure.cost_table); alpha from the acceptance counted so far (AcceptanceEstimate).
-  Since K = 0 is always a candidate, every step the policy chooses on its own is predicted to be at
-  least as fast as plain decoding of the same target: "never slower than plain" holds by
+  before the run (specdec.measure.cost_table); a drafting step also pays its overhead outside the
+  timed passes (step_overhead_s); alpha from the acceptance counted so far (AcceptanceEstimate),
+  which starts from the drafter's recorded acceptance (specdec.core.recorded_acceptance), not from
+  a guess. Since K = 0 is always a candidate, every step the policy chooses on its own is predicted
+  to be at least as fast as plain decoding of the same target: "never slower than plain" holds by
   construction in this model. The exceptions are the probes (below), whose cost is bounded.
 
 Every policy decides from counts (drafted, accepted) and numbers fixed before the run, never from
@@ -26,8 +28,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specdec.core.config import K_POLICIES
+from specdec.core.recorded_acceptance import FALLBACK, priors as recorded_priors
 from specdec.core.theory import expected_tokens_per_pass
 
+# A drafting step's time outside the timed passes (the acceptance rule, the caches' rollback, the
+# text), in decode steps: `bench --predictions` finds the accounting from the passes within 0.1% to
+# 0.4% of the measurement (docs/benchmarks.md, "The app's three predictions"; issue 37), of a step
+# that lasts about 1 to 3 decode steps, so about 0.01 decode steps. Used where the cost table
+# carries no overhead of its own (PassCosts.overhead_s).
+OVERHEAD_STEPS = 0.01
 
 
 @dataclass(frozen=True)
@@ -36,12 +45,14 @@ class Choice:
     predicted_tok_s: float | None = None  # tokens/s the cost model predicts at this K (None: the policy has no cost table)
     paused: bool = False  # K = 0 because drafting would not pay at the measured costs (cost policy only)
     probe: bool = False  # K = 1 only to learn whether drafting pays again (cost policy only)
+    why: str = ""  # on a paused step: why drafting would not pay, with the figures (cost policy only)
 
 
 class Costs(Protocol):
     """What the cost policy reads of a cost table (specdec.measure.passcost.PassCosts has it)."""
 
     draft_s: float | None  # seconds of one one-token draft-model pass
+    head_s: float | None  # seconds of one draft step of the trained head
 
     def target_pass_s(self, n: float) -> float: ...  # seconds of one target pass over n tokens
 
@@ -78,21 +89,21 @@ class AcceptanceEstimate:
     a success, a step that turned a draft token down one failure (a step ends at its first
     rejection, so the drafts after it say nothing).
 
-    The prior, Beta(4, 1): mean 0.8, the weight of five tokens. 0.8 is about the per-token
-    acceptance of the draft model on the bench prompts (0.71 to 1.00 per prompt,
-    docs/benchmarks.md), so a run starts by drafting wherever drafting pays at typical acceptance;
-    five tokens are about one step's drafts, so the run's own evidence outweighs it after a step
-    or two. All counts, the prior's included, fade by DECAY per step that drafted: the estimate
-    follows the text as it changes (code, then prose) instead of averaging the whole run, and it
-    can fall as low as the drafts deserve (a prior that never faded would hold it above
-    4 / (5 + 10) = 0.27 against 10 discounted failures, where drafting still seems to pay).
+    The prior: the drafter's recorded acceptance (`prior`, specdec.core.recorded_acceptance) with
+    the weight of PRIOR_WEIGHT tokens, about one step's drafts, so the run's own evidence outweighs
+    it after a step or two. A prior of 0.8 for every drafter made a run draft on text where drafting
+    loses (the draft model on held-out chat is accepted about a third of the time) and paid for the
+    lesson out of 64 tokens. All counts, the prior's included, fade by DECAY per step that drafted:
+    the estimate follows the text as it changes (code, then prose) instead of averaging the whole
+    run, and it can fall as low as the drafts deserve.
     """
 
-    PRIOR = (4.0, 1.0)  # (successes, failures) assumed before any evidence
+    PRIOR_WEIGHT = 5.0  # tokens' worth of evidence the prior counts for
     DECAY = 0.9  # weight of the counts so far after each step that drafted: about the last 10 steps count
 
-    def __init__(self):
-        self.accepted, self.rejections = self.PRIOR  # discounted successes and failures, the prior's included
+    def __init__(self, prior: float = 0.8):
+        prior = min(max(prior, 0.0), 1.0)
+        self.accepted, self.rejections = prior * self.PRIOR_WEIGHT, (1.0 - prior) * self.PRIOR_WEIGHT  # discounted successes and failures
 
     @property
     def alpha(self) -> float:
@@ -105,18 +116,32 @@ class AcceptanceEstimate:
         self.rejections = self.rejections * self.DECAY + (1.0 if accepted < drafted else 0.0)
 
 
+def step_overhead_s(costs: Costs) -> float:
+    """Seconds a drafting step spends outside its timed passes: the table's own figure where it
+    carries one, else OVERHEAD_STEPS decode steps."""
+    own = getattr(costs, "overhead_s", None)
+    return float(own) if own is not None else OVERHEAD_STEPS * costs.target_pass_s(1)
+
+
 def predicted_rate(k: int, alpha: float, draft_s: float, costs: Costs) -> float:
     """Predicted tokens per second of a step that drafts k tokens (k = 0: a plain decode step)."""
     if k == 0:
         return 1.0 / costs.target_pass_s(1)
-    return expected_tokens_per_pass(alpha, k) / (k * draft_s + costs.target_pass_s(k + 1))
+    return expected_tokens_per_pass(alpha, k) / (k * draft_s + costs.target_pass_s(k + 1) + step_overhead_s(costs))
 
 
 def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int) -> Choice:
     """The K in 0..k_max with the highest predicted rate (the smaller K on a tie: drafting must pay)."""
     rates = [predicted_rate(k, alpha, draft_s, costs) for k in range(k_max + 1)]
     k = max(range(k_max + 1), key=lambda i: (rates[i], -i))
-    return Choice(k, rates[k], paused=k == 0)
+    return Choice(k, rates[k], paused=k == 0, why=pause_reason(alpha, draft_s, costs) if k == 0 else "")
+
+
+def pause_reason(alpha: float, draft_s: float, costs: Costs) -> str:
+    """Why a step drafts nothing, in the machine's own figures: c, alpha and the check's cost."""
+    step = costs.target_pass_s(1)
+    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}, \u03b1 = {alpha:.2f}, "
+            f"checking 2 tokens costs {costs.target_pass_s(2) / step:.2f} decode steps")
 
 
 class CostK:
@@ -133,25 +158,29 @@ class CostK:
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. The draft
-    model and the head cost the table's draft_s per token (a run with the head is handed a table
-    whose draft_s is the head's measured step: specdec.measure.head_cost, read in specdec.engines.assemble).
+    model costs the table's draft_s per token, the head the table's head_s (its own measured step:
+    specdec.measure.cost_table). Each drafter's estimate starts from `priors` (drafter -> alpha;
+    default: the recorded acceptance of specdec.core.recorded_acceptance).
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
     PROBE_MAX = 64  # the longest wait between probes
 
-    def __init__(self, costs: Costs, k_max: int):
+    def __init__(self, costs: Costs, k_max: int, priors: dict[str, float] | None = None):
         self.costs, self.k_max = costs, k_max
-        self.estimates = {"model": AcceptanceEstimate(), "lookup": AcceptanceEstimate(), "head": AcceptanceEstimate()}
+        priors = recorded_priors() if priors is None else priors  # drafter -> the acceptance its estimate starts from
+        self.estimates = {d: AcceptanceEstimate(priors.get(d, FALLBACK)) for d in ("model", "lookup", "head")}
         self.plain_run = 0  # K = 0 steps in a row
         self.wait = self.PROBE_AFTER  # plain steps before the next probe
 
     def draft_s(self, drafter: str) -> float:
         if drafter == "lookup":
             return 0.0
-        if self.costs.draft_s is None:
-            raise ValueError(f"the cost policy needs the {drafter} drafter's pass cost, and the cost table has none (no draft model)")
-        return float(self.costs.draft_s)
+        seconds = self.costs.head_s if drafter == "head" else self.costs.draft_s
+        if seconds is None:
+            why = "its step was not timed" if drafter == "head" else "no draft model"
+            raise ValueError(f"the cost policy needs the {drafter} drafter's pass cost, and the cost table has none ({why})")
+        return float(seconds)
 
     def choose(self, drafter: str = "model") -> Choice:
         best = best_choice(self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.k_max)

@@ -102,3 +102,19 @@ def prediction_gap(measured: float, metrics) -> PredictionGap | None:
         burst_factor=m.tokens_per_pass / m.expected_tokens_per_pass if m.expected_tokens_per_pass else 1.0,
         unexplained=measured / m.predicted_speedup_from_passes,
     )
+
+
+def alpha_from_share(share: float, k: int) -> float:
+    """The per-token acceptance a whose expected accepted share of K drafts, (a + a^2 + ... + a^K) / K,
+    is `share` (independent acceptance, each step drafting K): a recorded accepted share as the
+    alpha the formulas above take. Bisection: the share grows with a."""
+    if not 0.0 <= share <= 1.0 or k < 1:
+        raise ValueError(f"an accepted share lies in 0..1 and K >= 1, got {share} at K = {k}")
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if sum(mid**i for i in range(1, k + 1)) / k < share:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2

@@ -3,15 +3,19 @@ table are chosen and built here, then handed to the core loop (specdec.core.deco
 RunParts. The loop itself builds nothing, so it imports nothing above the core.
 
 `build_decoding` is the one way a run of our engine starts (specdec.engines.ours.OurSource, the
-page, the bench and the command line all come through it); `prepare` builds what a run needs
-before its clock starts, so a caller that times runs can call it first.
+page, the bench and the command line all come through it). `prepare` is the one place that builds
+or measures what a run needs (kept on the pair, specdec.models.built, and in the cost table's
+cache), before the run's clock starts, so a caller that times runs can call it first; `run_parts`
+takes what it prepared and lends it to the run.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from torch import nn
 
 from specdec.core.config import GenerationConfig
 from specdec.core.decoding import Decoding
@@ -21,88 +25,97 @@ from specdec.core.runners import runner_model
 from specdec.core.runners.recording import RecordingRunner
 from specdec.core.runners.runner import Runner
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.head_offer import HEAD_VOCAB, head_ids, head_run, head_weights, offered_head, subset_lm_head
+from specdec.kernels.head_offer import HEAD_VOCAB, head_ids, head_run, head_weights, require_head, subset_lm_head
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
-from specdec.measure.cost_table import costs_for
-from specdec.measure.head_cost import head_step_s
+from specdec.measure.cost_table import costs_for, head_step_for
 from specdec.measure.passcost import PassCosts
 from specdec.models.pair import ModelPair
 
 
 def build_decoding(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig, *, detailed: bool = False,
                    stop: threading.Event | None = None, costs: PassCosts | None = None) -> Decoding:
-    """A run of `config` over prompt ids already templated and encoded, validated first (ValueError
-    names a bad setting). detailed: record what the step panel shows of each step (the run's
-    `details`); such a run runs eager whatever config.runner says. costs: the cost table the cost K
-    policy reads (default: specdec.measure.cost_table's, cached or measured here, before the run's clock)."""
+    """A run of `config` over prompt ids already templated and encoded. The settings are checked
+    here and nowhere else on a run's way in (ValueError names a bad one), then whether the prompt
+    leaves room for the run in the model's context. detailed: record what the step panel shows of
+    each step (the run's `details`); such a run runs eager whatever config.runner says. costs: the
+    cost table the cost K policy reads (default: specdec.measure.cost_table's, cached or measured
+    here, before the run's clock)."""
     config.validate()
+    pair.check_room(prompt_ids, config.max_new_tokens)
     if config.uses_draft_model and pair.draft is None:
         raise ValueError(f"drafter {config.drafter!r} needs a draft model, and pair {pair.name!r} has none")
-    if config.uses_head and offered_head(pair).stored is None:
-        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offered_head(pair).reason}")
+    if config.uses_head:
+        require_head(pair)
     if detailed:
         config = replace(config, runner="eager")
     parts = run_parts(pair, config, costs, RecordingRunner if detailed else Runner)
     return Decoding(parts, prompt_ids, config, stop)
 
 
-def prepare(pair: ModelPair, config: GenerationConfig, progress: bool = False) -> None:
+@dataclass(frozen=True)
+class Prepared:
+    """What a run of one config runs, as prepare built it."""
+
+    target: nn.Module  # the target as its kernel runs it
+    draft: nn.Module | None  # the draft model as its variant (None: no draft model drafts)
+    head: HeadSource | None  # the trained head (None: the head does not draft)
+    costs: PassCosts | None  # the cost table the cost K policy reads (None where no cost policy runs)
+
+
+def prepare(pair: ModelPair, config: GenerationConfig, progress: bool = False) -> Prepared:
     """Build (or load) what a run of `config` needs before its clock starts: the target kernel, the
-    draft variant and the cost table, each kept for later runs. progress: show a bar while a cost
-    table is measured."""
-    kernel_target(pair, config.target_kernel)
-    if config.uses_draft_model:
-        draft_model(pair, config.draft_variant)
-    if config.uses_head:
-        head_source(pair, config.target_kernel)
-    if config.needs_cost_table:
-        costs_for(pair, config, progress=progress)
+    draft variant, the head and the cost table (with the head's step when the head drafts), each
+    kept for later runs (the pair's store, specdec.models.built; the cost table's cache), so asking
+    again only looks them up. progress: show a bar while a cost table is measured."""
+    return _prepare(pair, config, None, progress)
+
+
+def _prepare(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None, progress: bool = False) -> Prepared:
+    """prepare, with the caller's own cost table where it gives one (costs)."""
+    head = head_source(pair, config.target_kernel) if config.uses_head else None  # first: a pair without a head builds nothing
+    target = kernel_target(pair, config.target_kernel)  # built once per pair and kernel
+    draft = draft_model(pair, config.draft_variant) if config.uses_draft_model else None  # built once per pair and variant
+    if config.needs_cost_table and costs is None:
+        costs = costs_for(pair, config, target=target, progress=progress, head=head)  # read, or measured on this very target
+    elif head is not None and costs is not None and costs.head_s is None:
+        costs = replace(costs, head_s=head_step_for(pair, config, head))  # a caller's table: the head's step is this machine's
+    return Prepared(target, draft, head, costs)
 
 
 def run_parts(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None = None,
               runner: type[Runner] = Runner) -> RunParts:
-    """Everything a run of these settings needs, built (or taken from the pair's store) now, before
-    the run's clock starts. Each model is lent to the run with an empty cache of its own (a compiled
-    model's is the process's, lent to one run at a time: specdec.core.runners.capture)."""
-    target_module = kernel_target(pair, config.target_kernel)  # built once per pair and kernel
-    target = runner_model(config.runner, target_module, pair.vocab_size, linear_for(target_module))
-    if config.needs_cost_table and costs is None:
-        costs = costs_for(pair, config, target=target_module)  # read, or measured on this very target
-    draft = None
-    if config.uses_draft_model:
-        draft_module = draft_model(pair, config.draft_variant)  # built once per pair and variant
-        draft = runner_model(config.runner, draft_module, pair.vocab_size, linear_for(draft_module))
-    head = head_source(pair, config.target_kernel) if config.uses_head else None
-    if head is not None and costs is not None:
-        # The cost policy's draft cost for the head is its own step, timed here (head_cost.py), not the
-        # draft model's pass the table holds.
-        costs = replace(costs, draft_s=head_step_s(pair, head, head_kernel(config.target_kernel)))
-    return RunParts(target=target, draft=draft, costs=costs, device=pair.device, eos_ids=pair.eos_ids,
-                    tokenizer=pair.tokenizer, runner=runner, head=head)
+    """The parts of a run of these settings: what prepare built (built now where it was not), each
+    model lent to the run with an empty cache of its own (a compiled model's is the process's, lent
+    to one run at a time: specdec.core.runners.capture). costs: the caller's cost table (default: the pair's)."""
+    built = _prepare(pair, config, costs)
+    target = runner_model(config.runner, built.target, pair.vocab_size, linear_for(built.target))
+    draft = None if built.draft is None else runner_model(config.runner, built.draft, pair.vocab_size, linear_for(built.draft))
+    return RunParts(target=target, draft=draft, costs=built.costs, device=pair.device, eos_ids=pair.eos_ids,
+                    tokenizer=pair.tokenizer, runner=runner, head=built.head)
 
 
 def head_kernel(target_kernel: str) -> str:
-    """How the head's products run: on the w8a8 kernel beside a w8a8 target (the same int8 family
-    as the target's layers), dense in the pair's dtype beside every other target kernel."""
-    return "w8a8" if target_kernel == "w8a8" else "dense"
+    """How the head's products run: on the w8a8 kernel beside a w8a8 or w4a8 target (the same int8
+    activations as the target's layers, and the kernel library is there; a head step measured 4.8 ms
+    on w8a8 against 8.8 ms dense on a 2-core AMD EPYC), dense in the pair's dtype beside every other
+    target kernel."""
+    return "w8a8" if target_kernel in ("w8a8", "w4a8") else "dense"
 
 
 def head_source(pair: ModelPair, target_kernel: str) -> HeadSource:
-    """The pair's verified head (head_offer.offered_head), built once per file and kernel: each run
+    """The pair's verified head (head_offer.require_head), built once per file and kernel: each run
     makes a HeadRun of its own (its KV cache) over the built weights and the target's lm_head rows
     of the head's vocabulary. ValueError with find_head's reason when the pair has none."""
-    offer = offered_head(pair)
-    if offer.stored is None:
-        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+    stored = require_head(pair)
     kernel = head_kernel(target_kernel)
-    key = f"head:source:{offer.stored.path}:{id(offer.stored)}:{kernel}"
-    if key not in pair.variants:
-        weights = head_weights(pair, offer.stored, kernel)
+    key = (str(stored.path), stored.digest, kernel)
+    heads = pair.built.heads
+    if key not in heads:
+        weights = head_weights(pair, stored, kernel)
         vocab_rows = pair.target.get_output_embeddings().out_features
         # The head drafts from the HEAD_VOCAB most frequent tokens, as it was judged in training; a
         # target with no more rows than that keeps its own lm_head (head_run's default).
         rows = subset_lm_head(pair, head_ids(pair), kernel) if vocab_rows > HEAD_VOCAB else None
-        label = Path(offer.stored.path).name
-        pair.variants[key] = HeadSource(lambda: head_run(pair, weights, rows), pair.vocab_size, label)
-    return pair.variants[key]
+        heads[key] = HeadSource(lambda: head_run(pair, weights, rows), pair.vocab_size, Path(stored.path).name, stored.digest)
+    return heads[key]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.models.built import Built
 from specdec.models.dtypes import DTYPES, dtype_name
 from specdec.models import machine
 from specdec.models.machine import native_bf16
@@ -69,7 +70,7 @@ class ModelPair:
     draft_dir: Path | None = None  # the draft's converted folder: draft variants are cached beside it
     target_dir: Path | None = None  # the target's converted folder: its int4 copy (the lossy lane) is cached beside it
     token_order: list[int] | None = None  # token ids most frequent first, for truncated draft heads (None: the shipped list)
-    variants: dict = field(default_factory=dict)  # draft variant name -> model, kept once built (specdec/kernels/variants.py)
+    built: Built = field(default_factory=Built)  # draft variants, target kernels, heads: kept once built (specdec/models/built.py)
 
     def __post_init__(self):
         if not self.eos_ids:
@@ -95,12 +96,16 @@ class ModelPair:
 
     def encode_prompt(self, prompt: str, chat: bool, max_new_tokens: int) -> list[int]:
         ids = template_prompt(self.tokenizer, prompt, chat)
-        if len(ids) + max_new_tokens > self.context:
+        self.check_room(ids, max_new_tokens)
+        return ids
+
+    def check_room(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        """ValueError when the prompt and the tokens asked for do not fit the model's context."""
+        if len(prompt_ids) + max_new_tokens > self.context:
             raise ValueError(
-                f"prompt is {len(ids)} tokens; with max_new_tokens={max_new_tokens} it exceeds the "
+                f"prompt is {len(prompt_ids)} tokens; with max_new_tokens={max_new_tokens} it exceeds the "
                 f"model's context of {self.context} tokens"
             )
-        return ids
 
 
 def same_vocabulary(a, b) -> bool:
@@ -147,14 +152,14 @@ def build_pair(
     """Load a preset by name ($SPECDEC_PAIR or the default when None), or a target (and optional
     draft) by Hub id or local folder. device "auto" spreads the models over all GPUs of the machine
     (accelerate's device_map="auto"), for targets larger than one GPU. Every call loads anew. Each
-    model's attention is its device's (specdec/core/runners/attention.py); a runner sets it again
-    for the device the model runs on when it takes the model, after a move too."""
-    from specdec.core.runners.attention import use_device_attention
+    model's attention is its device's (specdec/kernels/attention.py); a move sets it again
+    (specdec/serving/startup.py `place`)."""
+    from specdec.kernels.attention import set_attention
 
     pair = _build_pair(name, target=target, draft=draft, device=device, dtype=dtype, progress=progress)
     for model in (pair.target, pair.draft):
         if model is not None:
-            use_device_attention(model)
+            set_attention(model)
     return pair
 
 

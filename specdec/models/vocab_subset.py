@@ -7,7 +7,7 @@ head fills every other logit with -inf), so rejection sampling stays exact. A to
 subset can still be emitted: the target's own correction supplies it.
 
 The frequency order comes from a file shipped in assets/ (built offline by
-scripts/build_draft_vocab.py from Python's standard library sources and wordfreq's word lists;
+experiments/build_draft_vocab.py from Python's standard library sources and wordfreq's word lists;
 see that script for sources and licences), tied to one tokenizer by a fingerprint of its
 vocabulary, so a list is never applied to a tokenizer it was not counted for.
 """
@@ -55,7 +55,7 @@ def frequency_order(tokenizer) -> list[int]:
             return data["ids"]
     raise ValueError(
         "no token frequency list for this tokenizer (truncated-vocabulary draft variants ship one for the "
-        "Qwen2.5 tokenizer); build one with scripts/build_draft_vocab.py or pick a variant without -v16k/-v32k"
+        "Qwen2.5 tokenizer); build one with python -m experiments.build_draft_vocab or pick a variant without -v16k/-v32k"
     )
 
 

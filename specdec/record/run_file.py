@@ -192,7 +192,9 @@ def _config(settings: dict) -> GenerationConfig:
 def _renamed(settings: dict) -> dict:
     """Settings as older records wrote them, in today's names: `adaptive_k: true` is k_policy
     "adaptive" (it won over any other k_policy); `pause_unprofitable` (stop drafting while it did
-    not pay) is the cost K policy, k_policy "cost"."""
+    not pay) is the cost K policy, k_policy "cost". The target kernel and draft variant once called
+    `bf16` (`bf16-v32k`) are `dense` (`dense-v32k`): GenerationConfig reads the old names itself
+    (specdec/core/variant_names.py `canonical`)."""
     settings = dict(settings)
     for old in ("adaptive_k", "pause_unprofitable"):
         if old in settings and not isinstance(settings[old], bool):

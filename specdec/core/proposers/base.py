@@ -1,14 +1,13 @@
-"""What every proposer is: the Draft it makes and the interface the runner calls (specdec.core.proposers)."""
+"""What every proposer is: the Draft it makes, the interface the runner calls (specdec.core.proposers),
+and what a proposer may use of the run that calls it (`Run`, which specdec.core.runners.runner.Runner
+is): the proposers depend on this module only, never on the runner's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from specdec.core.runners.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -21,24 +20,38 @@ class Draft:
     counted: torch.Tensor | None = None  # 0-d on the device: how many of the K count (an early stop decided there); None: all K
 
 
+class Run(Protocol):
+    """What a proposer sees of the run that calls it (the Runner)."""
+
+    device: torch.device
+    tokens: torch.Tensor  # (capacity,) the sequence so far, on the device
+    target: object  # the target's RunModel; after a check, `target.features` holds the target's rows of it
+
+    def claim(self, lender, positions: int, shapes):
+        """A model of `lender` (a RunModel's maker) claimed for this run, for up to `positions` positions."""
+
+    def send(self, ids: list[int]) -> torch.Tensor:
+        """Token ids found on the host -> (n,) on the device, without waiting."""
+
+
 class Proposer(Protocol):
     name: str  # StepEvent.drafter of the steps it drafts
 
     def has_draft(self, seq: list[int]) -> bool:
         """Whether it has something to propose after `seq` (the sequence so far, on the host)."""
 
-    def start(self, run: Runner, prompt_length: int, positions: int) -> None:
+    def start(self, run: Run, prompt_length: int, positions: int) -> None:
         """The target has read the prompt but its last token: take what the run needs (a model,
         claimed from run.claim for up to `positions` positions) and read the prompt too."""
 
-    def propose(self, run: Runner, seq: list[int], k: int) -> Draft:
+    def propose(self, run: Run, seq: list[int], k: int) -> Draft:
         """Up to k >= 1 tokens to follow `seq` (run.tokens holds the same on the device)."""
 
-    def settle(self, run: Runner, kept_from: int, accepted: int, length: int) -> None:
+    def settle(self, run: Run, kept_from: int, accepted: int, length: int) -> None:
         """The target checked a draft placed at `kept_from`, kept `accepted` of it, and the sequence
         is now `length` long (run.tokens[:length]); run.target.features holds the check's rows."""
 
-    def close(self, run: Runner) -> None:
+    def close(self, run: Run) -> None:
         """The run is over: give back what was claimed."""
 
 

@@ -38,6 +38,7 @@ class HeadSource:
     make: Callable[[], HeadRun]  # a HeadRun with an empty cache of its own, one per run
     vocab_size: int  # the target's logits' width: the head's q rows are cut to it
     label: str = ""  # which head file, for the status line
+    digest: str = ""  # the head file's tensors digest: what its measured step is keyed by (specdec.measure.cost_table)
 
 
 class HeadProposer:

@@ -1,15 +1,16 @@
-"""A whole run, optionally side by side with plain decoding: what the CLI prints."""
+"""The lanes of one prompt side by side: the speculative run, plain decoding with the same settings,
+and plain decoding on an int4 target (the lossy lane), compared and summed up as `generate` prints
+them (a line, or one JSON object). The runs themselves come from specdec.engines.ours.OurSource;
+this module only reads their events."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from specdec.measure.compare import Difference, agreement, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
-from specdec.engines.ours import OurSource
+from specdec.measure.compare import Difference, agreement, first_difference, tie_verdict
 from specdec.measure.metrics import RunMetrics, summarize, summarize_runs
 from specdec.models.pair import ModelPair
-from specdec.measure.passcost import time_decode_step
 
 
 @dataclass
@@ -25,6 +26,24 @@ class RunResult:
     lossy: RunMetrics | None = None
     lossy_difference: Difference | None = None  # where the lossy output first departs from the exact target's
     lossy_agreement: int | None = None  # how many of the first 64 tokens agree with the exact target's
+
+    @classmethod
+    def of(cls, pair: ModelPair, config: GenerationConfig, spec_events: list, plain_events: list | None = None,
+           lossy_events: list | None = None, decode_step_s: float | None = None) -> "RunResult":
+        """The lanes of one prompt, compared. Costs are in plain decode steps: the plain run's, else
+        `decode_step_s` (a one-token target pass timed on the finished run's cache). The lossy lane
+        (plain decoding on an int4 target) is judged against the exact plain run, which it needs."""
+        result = cls(pair, config, spec_events, summarize_runs(spec_events, plain_events, decode_step_s))
+        if plain_events is not None:
+            result.plain_events, result.plain = plain_events, summarize(plain_events)
+            result.difference = first_difference(spec_events, plain_events, pair.dtype_name, config.target_kernel, pair.device.type)
+        if lossy_events is not None:
+            if plain_events is None:
+                raise ValueError("the lossy lane is judged against plain decoding: run it too")
+            result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)
+            result.lossy_difference = first_difference(lossy_events, plain_events, pair.dtype_name)
+            result.lossy_agreement = agreement(tokens_of(lossy_events), tokens_of(plain_events), 64)
+        return result
 
     @property
     def draft_variant(self) -> str | None:
@@ -125,39 +144,6 @@ class RunResult:
                 f"{self.lossy_agreement}/{min(64, len(tokens_of(self.plain_events)))} of the first tokens agree")
             parts.append(f"plain int4 target (lossy) {self.lossy.tokens_per_s:.1f} tok/s, {where}")
         return " | ".join(parts)
-
-
-def compare_runs(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, with_plain: bool = False,
-                 with_plain_int4: bool = False) -> RunResult:
-    """The run as configured; with_plain: plain decoding too; with_plain_int4: plain decoding with
-    an int4-quantized target too (which needs the exact plain run to say where it departs). Costs
-    are in plain decode steps: the plain run's, else a one-token target pass timed on the finished
-    run's cache."""
-    decoding = OurSource(pair, config).run(prompt, chat=chat)
-    spec_events = list(decoding)
-    result = RunResult(pair, config, spec_events, summarize(spec_events))
-    if with_plain or with_plain_int4:
-        plain_events = list(OurSource(pair, config).plain().run(prompt, chat=chat))
-        result.plain_events = plain_events
-        result.plain = summarize(plain_events)
-        result.difference = first_difference(spec_events, plain_events, pair.dtype_name, config.target_kernel, pair.device.type)
-        result.spec = summarize_runs(spec_events, plain_events)
-    else:
-        result.spec = summarize_runs(spec_events, decode_step_s=time_decode_step(decoding))
-    if with_plain_int4:
-        lossy_events = list(plain_int4_run(pair, prompt, config, chat=chat))
-        result.lossy_events, result.lossy = lossy_events, summarize(lossy_events)
-        result.lossy_difference = first_difference(lossy_events, result.plain_events, pair.dtype_name)
-        result.lossy_agreement = agreement(tokens_of(lossy_events), tokens_of(result.plain_events), 64)
-    return result
-
-
-def plain_int4_run(pair: ModelPair, prompt: str, config: GenerationConfig, chat=None, stop=None):
-    """Plain decoding, same settings, with the target quantized to int4 (the lossy lane)."""
-    from specdec.kernels.variants import target_model
-
-    lossy_pair = replace(pair, target=target_model(pair, "int4"))  # runs as loaded: target_kernel bf16
-    return OurSource(lossy_pair, replace(config, drafter="none", target_kernel="bf16"), stop=stop).run(prompt, chat=chat)
 
 
 def tokens_of(events: list) -> list[int]:
