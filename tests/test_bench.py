@@ -93,14 +93,14 @@ def test_geomean():
 
 
 def test_variants_side_by_side_and_the_lossy_lane(tiny_pair):
-    report = bench(tiny_pair, PROMPTS[:1], modes=["plain", "spec", "plain_int4"], variants=["bf16", "int4-v16k"],
+    report = bench(tiny_pair, PROMPTS[:1], modes=["plain", "spec", "plain_int4"], variants=["dense", "int4-v16k"],
                    k=4, max_new_tokens=12, warmup_tokens=2, log=lambda line: None)
     by = {r["mode"]: r for r in report["results"]}
-    assert list(by) == ["plain", "spec@bf16", "spec@int4-v16k", "plain_int4"]
-    assert by["spec@bf16"]["identical_to_plain"] and by["spec@int4-v16k"]["identical_to_plain"]  # a cheaper draft changes nothing
+    assert list(by) == ["plain", "spec@dense", "spec@int4-v16k", "plain_int4"]
+    assert by["spec@dense"]["identical_to_plain"] and by["spec@int4-v16k"]["identical_to_plain"]  # a cheaper draft changes nothing
     assert by["spec@int4-v16k"]["draft_variant"] == "int4-v16k"
     s = report["summary"]
-    assert s["draft_memory_gb"]["spec@int4-v16k"] < s["draft_memory_gb"]["spec@bf16"]
+    assert s["draft_memory_gb"]["spec@int4-v16k"] < s["draft_memory_gb"]["spec@dense"]
     lossy = by["plain_int4"]
     assert 0 <= lossy["agree_first_64"] <= lossy["tokens"]
     if lossy["identical_to_plain"]:
@@ -134,6 +134,33 @@ def test_runners_side_by_side(tmp_path, capsys):
     rows = [(r["mode"], r["runner"]) for r in out["results"]]
     assert rows == [("plain", "eager"), ("spec", "eager"), ("hf_assisted", None), ("plain", "static"), ("spec", "static")]
     assert all(r["identical_to_plain"] in (None, True) for r in out["results"])
-    assert set(out["summary"]["by_lane"]) == {"bf16 eager", "bf16 static"} and out["settings"]["runners"] == ["eager", "static"]
+    assert set(out["summary"]["by_lane"]) == {"dense eager", "dense static"} and out["settings"]["runners"] == ["eager", "static"]
     assert "[static]" in table(out)
     assert main(argv + ["--runner", "static,warp"]) == 2 and "runner must be one of" in capsys.readouterr().err
+
+
+def test_the_page_mode_runs_what_the_page_starts_on(tiny_pair, monkeypatch):
+    """`page` runs start_defaults' drafter, draft variant and K policy on the lane's kernel and runner,
+    and says in the settings what the page starts on."""
+    from specdec.bench import runner
+    from specdec.kernels.machine_defaults import MachineDefaults
+
+    start = MachineDefaults("w8a8", "int4-v16k", "model", "static", "adaptive", "a start for this test")
+    monkeypatch.setattr(runner, "start_defaults", lambda name, device: start)
+    configs, run_ours = [], runner.run_ours
+    monkeypatch.setattr(runner, "run_ours", lambda pair, ids, config: configs.append(config) or run_ours(pair, ids, config))
+    report = bench(tiny_pair, PROMPTS[:1], modes=["plain", "page"], variants=["dense"], k=3, max_new_tokens=8,
+                   warmup_tokens=2, log=lambda line: None)
+    page = [c for c in configs if c.drafter != "none"]
+    assert page and {(c.drafter, c.draft_variant, c.k_policy, c.target_kernel, c.runner) for c in page} == {
+        ("model", "int4-v16k", "adaptive", "dense", "eager")}
+    by = {r["mode"]: r for r in report["results"]}
+    assert by["page"]["identical_to_plain"] and by["page"]["accepted_share"] is not None
+    assert report["settings"]["page"] == start.line
+
+
+def test_the_page_mode_needs_the_start():
+    from specdec.bench.policies import mode_config
+
+    with pytest.raises(ValueError, match="start_defaults"):
+        mode_config("page", 3, 8, "constant")

@@ -1,5 +1,6 @@
 """specdec.measure.cost_table on tiny-random: measured once per (pair, kernel, draft variant, dtype,
-runner) and machine, cached on disk, read back without measuring, measured again on request."""
+runner) and machine, cached on disk, read back without measuring, measured again on request; a
+trained head's step kept in the same file by the head file's digest."""
 
 import json
 
@@ -12,6 +13,7 @@ from specdec.measure import cost_table
 def cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setattr(cost_table, "_tables", {})
+    monkeypatch.setattr(cost_table, "_head_steps", {})
     return tmp_path
 
 
@@ -33,9 +35,9 @@ def test_measured_once_then_read_from_disk(tiny_pair, cache, count_measurements,
     assert costs.sizes == cost_table.SIZES and all(t > 0 for t in costs.target_s) and costs.draft_s > 0
     assert costs.context == cost_table.CONTEXT and len(count_measurements) == 1
     (path,) = (cache / "costs").rglob("*.json")
-    assert path.name == "tiny-random.bf16.bf16.fp32.eager.json"
+    assert path.name == "tiny-random.dense.dense.fp32.eager.json"
     data = json.loads(path.read_text())
-    assert data["key"] == {"pair": "tiny-random", "target_kernel": "bf16", "draft_variant": "bf16", "dtype": "fp32", "runner": "eager"}
+    assert data["key"] == {"pair": "tiny-random", "target_kernel": "dense", "draft_variant": "dense", "dtype": "fp32", "runner": "eager"}
     assert data["machine"]["torch"] and "threads" in data["machine"]
     monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
     assert cost_table.measure(tiny_pair) == costs and len(count_measurements) == 1
@@ -72,7 +74,7 @@ def test_progress_bar_and_costs_for_a_config(tiny_pair, cache, capsys):
 
     costs = cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", draft_variant="int4"), progress=True)
     assert "pass costs of tiny-random" in capsys.readouterr().err
-    assert list((cache / "costs").rglob("tiny-random.bf16.int4.fp32.eager.json")) and costs.draft_s > 0
+    assert list((cache / "costs").rglob("tiny-random.dense.int4.fp32.eager.json")) and costs.draft_s > 0
 
 
 def test_one_table_per_runner_timed_as_that_runner_runs(tiny_pair, cache, count_measurements, monkeypatch):
@@ -87,7 +89,7 @@ def test_one_table_per_runner_timed_as_that_runner_runs(tiny_pair, cache, count_
     assert len(count_measurements) == 2 and static.sizes == eager.sizes and static.draft_s > 0
     assert set(runs) == set(cost_table.SIZES)  # the static table timed the static model's fixed-shape passes
     names = sorted(p.name for p in (cache / "costs").rglob("*.json"))
-    assert names == ["tiny-random.bf16.bf16.fp32.eager.json", "tiny-random.bf16.bf16.fp32.static.json"]
+    assert names == ["tiny-random.dense.dense.fp32.eager.json", "tiny-random.dense.dense.fp32.static.json"]
     assert json.loads((cache / "costs").rglob("*.static.json").__next__().read_text())["key"]["runner"] == "static"
 
 
@@ -99,3 +101,30 @@ def test_machine_folder_names_the_cpu_and_changes_with_what_decides_the_figures(
     folder = cost_table.machine_folder(info)
     assert folder != cost_table.machine_folder({**info, "threads": info["threads"] + 1})
     assert folder != cost_table.machine_folder({**info, "cpu_flags": [*info["cpu_flags"], "avx512_bf16"]})
+
+
+def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair, cache, count_measurements, monkeypatch):
+    from specdec.core.proposers.head import HeadSource
+
+    timed = []
+
+    def time_head_step(source, dtype, device, context, repeats):
+        timed.append(source.digest)
+        return 0.001 * len(timed)  # 1 ms the first time, 2 ms the second
+
+    monkeypatch.setattr(cost_table, "time_head_step", time_head_step)
+    head = HeadSource(make=lambda: None, vocab_size=tiny_pair.vocab_size, label="head.safetensors", digest="aaaa")
+    costs = cost_table.measure(tiny_pair, repeats=1, head=head)
+    assert costs.head_s == 0.001 and costs.draft_s > 0 and timed == ["aaaa"] and len(count_measurements) == 1
+    (path,) = (cache / "costs").rglob("*.json")
+    assert json.loads(path.read_text())["costs"]["head_s"] == {"aaaa": 0.001}
+    monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
+    monkeypatch.setattr(cost_table, "_head_steps", {})
+    assert cost_table.measure(tiny_pair, head=head) == costs and timed == ["aaaa"] and len(count_measurements) == 1
+    assert cost_table.measure(tiny_pair).head_s is None  # a run without the head reads the draft model's pass only
+    retrained = HeadSource(make=lambda: None, vocab_size=tiny_pair.vocab_size, label="head.safetensors", digest="bbbb")
+    assert cost_table.measure(tiny_pair, head=retrained).head_s == 0.002  # another file's tensors: timed anew
+    assert timed == ["aaaa", "bbbb"] and len(count_measurements) == 1  # ... and the table itself is not measured again
+    assert json.loads(path.read_text())["costs"]["head_s"] == {"aaaa": 0.001, "bbbb": 0.002}
+    cost_table.measure(tiny_pair, repeats=1, refresh=True)  # a table measured anew starts without heads
+    assert cost_table.read_head_steps(path) == {} and cost_table.measure(tiny_pair, head=head).head_s == 0.003

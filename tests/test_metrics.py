@@ -2,9 +2,10 @@ import math
 
 import pytest
 
-from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
 from specdec.measure.metrics import (FROM_ONE_TOKEN_PASS, FROM_OWN_STEPS, FROM_PLAIN, estimate_alpha, expected_tokens_per_pass,
                              measured_speedup, predicted_speedup, summarize, summarize_runs)
+from tests.support.events import event
 
 
 def test_leviathan_formulas():
@@ -14,13 +15,6 @@ def test_leviathan_formulas():
     assert predicted_speedup(0.8, 4, 0.05, verify_cost=2.0) == pytest.approx(3.3616 / 2.2)
     assert expected_tokens_per_pass(1.0, 4) == 5
     assert expected_tokens_per_pass(0.0, 4) == 1
-
-
-def event(step, drafted, accepted, kind, total, elapsed, draft_s=0.02, verify_s=0.1, drafter="model"):
-    emitted = drafted[:accepted] + (() if kind == EOS_ACCEPTED else (99,))
-    return StepEvent(step, drafted, accepted, emitted, kind, (0.5,) * len(drafted), (0.5,) * len(drafted),
-                     draft_s, verify_s, total, elapsed, ("x",) * len(emitted), ("x",) * len(drafted), (1.0,) * len(emitted),
-                     drafter=drafter if drafted else "")
 
 
 def test_summarize():

@@ -61,10 +61,74 @@ def test_the_verdict_turns_when_the_accounting_misses_by_more_than_the_tolerance
 
 @pytest.mark.parametrize("change, message", [
     (["--modes", "plain,spec"], "--predictions runs spec against plain decoding: leave out --modes"),
-    (["--draft-variant", "bf16,int4"], "--draft-variant takes one name here"),
+    (["--draft-variant", "dense,int4"], "--draft-variant takes one name here"),
     (["--runner", "eager,static"], "--runner takes one name here"),
 ])
 def test_predictions_take_one_configuration(capsys, prompts_file, change, message):
     argv = ["bench", "--pair", "tiny-random", "--dtype", "fp32", "--prompts", prompts_file, "--predictions", "--no-lock"]
     assert main(argv + change) == 2
     assert message in capsys.readouterr().err
+
+
+# Hand-made runs of the other drafters: what each step cost, as the engine's events report it.
+STEP = 0.068  # a w8a8 decode step on the AMD AVX-512 machine
+
+
+def event(step: int, drafted: int, accepted: int, draft_s: float, verify_s: float, drafter: str, total: int, elapsed: float):
+    from specdec.core.events import StepEvent
+
+    n = accepted + 1
+    return StepEvent(step=step, drafted=tuple(range(drafted)), accepted=accepted, emitted=tuple(range(n)),
+                     kind="correction" if accepted < drafted else ("bonus" if drafted else "plain"),
+                     p_target=(0.5,) * drafted, p_draft=(1.0,) * drafted, draft_s=draft_s, verify_s=verify_s,
+                     total_tokens=total, elapsed_s=elapsed, emitted_text=("x",) * n, drafted_text=("x",) * drafted,
+                     margins=(1.0,) * n, k=drafted, drafter=drafter if drafted else "")
+
+
+def hand_made_run(drafter: str, draft_step_s: float, pattern: list[tuple[int, int]]):
+    """Steps of (drafted, accepted), each step's draft time K x draft_step_s and a check of K+1 tokens at
+    1.03 decode steps; and plain decoding of as many tokens."""
+    spec, total, elapsed = [], 0, 0.0
+    for i, (drafted, accepted) in enumerate(pattern):
+        draft_s, verify_s = drafted * draft_step_s, STEP * (1.0 + 0.03 * drafted / 3)
+        total, elapsed = total + accepted + 1, elapsed + draft_s + verify_s
+        spec.append(event(i, drafted, accepted, draft_s, verify_s, drafter, total, elapsed))
+    plain = [event(i, 0, 0, 0.0, STEP, "", i + 1, STEP * (i + 1)) for i in range(total)]
+    return spec, plain
+
+
+@pytest.mark.parametrize("drafter, draft_step_s, priced", [("lookup", 0.00002, 0.0), ("head", 0.0041, 0.0041 / STEP)])
+def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(drafter, draft_step_s, priced):
+    from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
+    from specdec.core.theory import prediction_gap
+
+    spec_events, plain_events = hand_made_run(drafter, draft_step_s, [(3, 3), (3, 0), (2, 1), (3, 2), (1, 1), (3, 3)])
+    spec = summarize_runs(spec_events, plain_events)
+    gap = prediction_gap(measured_speedup(spec, summarize(plain_events)), spec)
+    costs = SimpleNamespace(draft_s=0.03, head_s=0.0041, decode_step_s=STEP)
+    row = predictions.PromptPrediction("p", spec, gap, *predictions.bursts(spec_events, spec.alpha), same_as_plain=True,
+                                       priced_c=predictions.policy_c(drafter, costs))
+    assert row.priced_c == pytest.approx(priced)
+    assert spec.cost_ratio_c == pytest.approx(draft_step_s / STEP, rel=1e-6)  # the run's own c: what it measured
+    assert predictions.within_tolerance([row])  # the accounting explains the measurement for this drafter too
+    assert f"| {spec.cost_ratio_c:.3f} ({priced:.3f}) |" in predictions.table([row])
+    assert predictions.as_json([row])["prompts"][0]["priced_c"] == pytest.approx(priced)
+
+
+def test_the_priced_c_per_drafter():
+    costs = SimpleNamespace(draft_s=0.0388, head_s=0.0041, decode_step_s=0.068)
+    assert predictions.policy_c("lookup", None) == 0.0  # no draft pass, whatever the table
+    assert predictions.policy_c("model", costs) == pytest.approx(0.57, abs=0.005)
+    assert predictions.policy_c("head", costs) == pytest.approx(0.06, abs=0.005)
+    assert predictions.policy_c("head", SimpleNamespace(draft_s=0.0388, head_s=None, decode_step_s=0.068)) is None
+
+
+def test_bench_predictions_with_prompt_lookup_on_tiny_random(capsys, prompts_file):
+    argv = ["bench", "--pair", "tiny-random", "--dtype", "fp32", "--prompts", prompts_file, "--predictions", "--drafter", "lookup",
+            "--k", "4", "--max-new-tokens", "16", "--no-lock", "--json"]
+    status = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    assert status == (0 if out["within_tolerance"] else 1)
+    assert all(p["priced_c"] == 0.0 and p["same_as_plain"] for p in out["prompts"])
+    assert main(["bench", "--pair", "tiny-random", "--drafter", "lookup", "--no-lock"]) == 2
+    assert "--drafter lookup is for --predictions" in capsys.readouterr().err

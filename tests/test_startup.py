@@ -19,8 +19,9 @@ def test_each_offered_pair_is_built_with_what_the_gpu_is_offered_then_placed(mon
     lines = startup.place_for_zero_gpu(store, device=torch.device("cuda"))
     assert placed == [("tiny-random", "cpu", "cuda")]  # built on the CPU, then handed over to be placed
     pair = store.loaded_pair("tiny-random")
-    assert set(pair.variants) == {"bf16-v16k", "bf16-v32k"}  # the GPU's draft variants; nothing CPU-only is built
-    assert lines[0].startswith("placed tiny-random on cuda (fp32) from built in code, with target kernel bf16, draft variant bf16")
+    assert set(pair.built.drafts) == {"dense-v16k", "dense-v32k"}  # the GPU's draft variants; nothing CPU-only is built
+    assert not pair.built.kernels  # the GPU's one target kernel, dense, is the pair's own target
+    assert lines[0].startswith("placed tiny-random on cuda (fp32) from built in code, with target kernel dense, draft variant dense")
     assert lines[1].startswith("error: could not load pair 'smollm2-1.7b/135m' at start-up:")  # offline: the others still serve
 
 

@@ -1,8 +1,8 @@
 """The bench's faithfulness figures: every plain run (ours on each target kernel, a real engine's own
-plain decoding) against plain greedy decoding of the dense target, the `bf16` kernel
+plain decoding) against plain greedy decoding of the dense target, the `dense` kernel
 (specdec.measure.faithfulness says what the two figures mean).
 
-The reference is the bf16 kernel's plain output on each prompt, so the bench runs that kernel
+The reference is the dense kernel's plain output on each prompt, so the bench runs that kernel
 first when it is among those asked for; without it nothing is compared (the figures stay None)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def is_plain(mode: str) -> bool:
 
 
 def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kernel: str) -> None:
-    """Fill `departs_bf16_at`, `top1_agree_bf16` and `top1_agree_bf16_untied` of one prompt's plain
+    """Fill `departs_dense_at`, `top1_agree_dense` and `top1_agree_dense_untied` of one prompt's plain
     results (`results`, run on `kernel`); on the reference kernel, keep its plain output as the
     prompt's reference first, and the positions where it is tied (its own top-2 logits within the
     tie margin of the pair's dtype), measured in the same teacher-forced pass as its predictions."""
@@ -50,8 +50,8 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
             source = forcing_source(plan, result.mode, kernel)
             plan.forced[key] = source.forced_predictions(prompt_ids, reference) if source is not None else None
         figures = faithfulness(runs[result.mode][0]["ids"], reference, plan.forced[key], plan.ties.get(pid))
-        result.departs_bf16_at, result.top1_agree_bf16 = figures.first_departure, figures.top1_agreement
-        result.top1_agree_bf16_untied, result.bf16_tied = figures.top1_agreement_untied, figures.tied
+        result.departs_dense_at, result.top1_agree_dense = figures.first_departure, figures.top1_agreement
+        result.top1_agree_dense_untied, result.dense_tied = figures.top1_agreement_untied, figures.tied
 
 
 def describe_difference(result, first: dict, reference: dict, plain: dict, dtype_name: str, device: str = "cpu") -> None:
@@ -85,16 +85,16 @@ def forcing_source(plan, mode: str, kernel: str):
 
 
 def summary(results: list) -> dict:
-    """mode -> the mean top-1 agreement over prompts (over all positions, and over those where bf16 is
+    """mode -> the mean top-1 agreement over prompts (over all positions, and over those where dense is
     not tied), the tied positions in all, and the departure index per prompt, for the plain modes
     among `results` (one lane's: a real engine's under the lane it ran beside)."""
     out = {}
     for mode in [m for m in dict.fromkeys(r.mode for r in results) if is_plain(m)]:
-        rows = [r for r in results if r.mode == mode and r.top1_agree_bf16 is not None]
+        rows = [r for r in results if r.mode == mode and r.top1_agree_dense is not None]
         if rows:
-            untied = [r.top1_agree_bf16_untied for r in rows if r.top1_agree_bf16_untied is not None]
-            out[mode] = {"top1_agree_bf16": statistics.fmean(r.top1_agree_bf16 for r in rows),
-                         "top1_agree_bf16_untied": statistics.fmean(untied) if untied else None,
-                         "bf16_tied": sum(r.bf16_tied or 0 for r in rows),
-                         "departs_bf16_at": {r.prompt: r.departs_bf16_at for r in rows}}
+            untied = [r.top1_agree_dense_untied for r in rows if r.top1_agree_dense_untied is not None]
+            out[mode] = {"top1_agree_dense": statistics.fmean(r.top1_agree_dense for r in rows),
+                         "top1_agree_dense_untied": statistics.fmean(untied) if untied else None,
+                         "dense_tied": sum(r.dense_tied or 0 for r in rows),
+                         "departs_dense_at": {r.prompt: r.departs_dense_at for r in rows}}
     return out

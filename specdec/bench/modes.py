@@ -6,7 +6,9 @@ modes without importing the benchmark, which imports them: the dependency runs o
 
 from specdec.engines.bench_servers import SERVED_MODES
 
-OUR_MODES = ("plain", "spec", "lookup", "best", "head", "best_head", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+OUR_MODES = ("plain", "spec", "lookup", "best", "head", "best_head", "page", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+# page: what the page and generate start on here when nothing is named (its drafter, draft variant and K
+# policy: specdec.serving.defaults_here.start_defaults), on each target kernel the bench runs
 HEAD_MODES = ("head", "best_head")  # our modes where the trained head drafts (docs/head.md)
 DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
 HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models

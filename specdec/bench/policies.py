@@ -1,12 +1,14 @@
 """The bench's settings of our engine per mode: fixed or adaptive K with the draft model, prompt
 lookup, plain decoding, `best`, the policy chosen on the mixed prompt set, and the trained head
-(`head`: K as `spec`'s; `best_head`: K from the cost table)."""
+(`head`: K as `spec`'s; `best_head`: K from the cost table), and `page`: what the page starts on here."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from specdec.core.config import MAX_K, GenerationConfig
+from specdec.core.variant_names import DENSE
+from specdec.kernels.machine_defaults import MachineDefaults
 
 LOOKUP_NGRAM = 3  # longest n-gram prompt lookup matches, ours and transformers' alike
 
@@ -17,29 +19,34 @@ def split_mode(mode: str) -> tuple[str, str | None]:
     return base, variant or None
 
 
-def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = "bf16",
-                k_policy: str | None = None) -> GenerationConfig:
+def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: str = DENSE,
+                k_policy: str | None = None, start: MachineDefaults | None = None) -> GenerationConfig:
     """Our engine's settings for a mode. `schedule` applies to `spec` and, on the HF side, to
     `hf_assisted`: constant = fixed K; heuristic = +2 after a fully accepted draft, -1 otherwise.
     `k_policy`, when given, is `spec`'s K policy instead (specdec/core/k_policy.py: fixed, adaptive, cost).
-    `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`)."""
+    `variant` is the draft variant of the draft-model modes; a mode may name its own (`spec@int4`).
+    `start` is what the page starts on here, which `page` runs (required for it)."""
     mode, own = split_mode(mode)
     base = GenerationConfig(max_new_tokens=max_new_tokens, k=k, temperature=0.0, lookup_ngram=LOOKUP_NGRAM,
                             draft_variant=own or variant)
     if mode in ("plain", "plain_int4"):
-        return replace(base, drafter="none", draft_variant="bf16")
+        return replace(base, drafter="none", draft_variant=DENSE)
     if mode == "spec":
         policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
         return replace(base, drafter="model", k_policy=policy, k_max=MAX_K)
     if mode == "lookup":
-        return replace(base, drafter="lookup", draft_variant="bf16")
+        return replace(base, drafter="lookup", draft_variant=DENSE)
     if mode == "best":
         return best_config(base)
     if mode == "head":
         policy = k_policy or ("adaptive" if schedule == "heuristic" else "fixed")
-        return replace(base, drafter="head", k_policy=policy, k_max=MAX_K, draft_variant="bf16")
+        return replace(base, drafter="head", k_policy=policy, k_max=MAX_K, draft_variant=DENSE)
     if mode == "best_head":
         return best_head_config(base)
+    if mode == "page":
+        if start is None:
+            raise ValueError("the page mode needs what the page starts on (start_defaults)")
+        return page_config(base, start)
     raise ValueError(f"{mode!r} is not one of our modes")
 
 
@@ -53,9 +60,16 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
 
 
 def best_head_config(base: GenerationConfig) -> GenerationConfig:
-    """The head with K from the cost table (the head's own measured step as its draft cost:
-    specdec.measure.head_cost), within 0..8: best's K policy with the head drafting every step."""
-    return replace(base, drafter="head", k_policy="cost", k_max=8, draft_variant="bf16")
+    """The head with K from the cost table (the head's own measured step as its draft cost: the
+    table's head_s, specdec.measure.cost_table), within 0..8: best's K policy with the head drafting every step."""
+    return replace(base, drafter="head", k_policy="cost", k_max=8, draft_variant=DENSE)
+
+
+def page_config(base: GenerationConfig, start: MachineDefaults) -> GenerationConfig:
+    """What the page and `generate` run here when nothing is named: the start's drafter, draft variant
+    and K policy, with GenerationConfig's own K bounds, as `generate` builds it (specdec/cli/args.py
+    generation_config); the target kernel and runner are the bench lane's."""
+    return replace(base, drafter=start.drafter, draft_variant=start.draft_variant, k_policy=start.k_policy)
 
 
 def best_description() -> str:

@@ -2,20 +2,26 @@
 (`python -m specdec bench --predictions`).
 
 Each prompt runs speculative decoding with the settings given, then plain decoding, through the
-functions the app uses (specdec.bench.side_by_side.compare_runs -> specdec.measure.metrics ->
+functions `generate --compare` uses (specdec.engines.ours.OurSource.side_by_side -> specdec.measure.metrics ->
 specdec.core.theory). The measured speedup is speculative tok/s over plain tok/s on the engine's
 own clock (prompt processing excluded); m/p is measured / predicted. The accounting ("from
 passes") takes the measured time apart into passes, so it must match within TOLERANCE on every
 prompt: time spent outside the passes is all it can miss.
+
+Every drafter (GenerationConfig.drafter: the draft model, the trained head, prompt lookup, auto):
+beside the c a run measured, the c the cost K policy prices for that drafter from the cost table
+(priced_c: the draft model's pass, the head's step head_s, 0 for prompt lookup), so the figures the
+policy chooses from stand next to what the run then cost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from specdec.bench.side_by_side import compare_runs
 from specdec.core.config import GenerationConfig
 from specdec.core.theory import PredictionGap, expected_pass_counts, prediction_gap
+from specdec.engines.assemble import prepare
+from specdec.engines.ours import OurSource
 from specdec.measure.metrics import RunMetrics
 
 TOLERANCE = 0.10  # the largest |measured / from passes - 1| on any prompt that still counts as matching
@@ -31,6 +37,7 @@ class PromptPrediction:
     expected_ones: float  # the same two counts, had acceptance been independent per token at alpha
     expected_full: float
     same_as_plain: bool
+    priced_c: float | None = None  # the c the cost K policy prices for this drafter (the cost table's; None: not known)
 
 
 def bursts(events, alpha: float) -> tuple[int, int, float, float]:
@@ -47,14 +54,25 @@ def predict(pair, prompts: list[dict], config: GenerationConfig) -> list[PromptP
     """Each prompt's speculative run beside plain decoding, after a short warm-up of both (the
     first passes of a process pay for allocations; a cost table is measured there, once)."""
     first = prompts[0]
-    compare_runs(pair, first["prompt"], replace(config, max_new_tokens=8), chat=first.get("chat"), with_plain=True)
+    OurSource(pair, replace(config, max_new_tokens=8)).side_by_side(first["prompt"], chat=first.get("chat"), plain=True)
+    c = policy_c(config.drafter, prepare(pair, replace(config, k_policy="cost")).costs)
     rows = []
     for entry in prompts:
-        r = compare_runs(pair, entry["prompt"], config, chat=entry.get("chat"), with_plain=True)
+        r = OurSource(pair, config).side_by_side(entry["prompt"], chat=entry.get("chat"), plain=True)
         gap = prediction_gap(r.speedup, r.spec) if r.speedup else None
         rows.append(PromptPrediction(entry.get("id", "?"), r.spec, gap, *bursts(r.spec_events, r.spec.alpha),
-                                     same_as_plain=r.difference is None))
+                                     same_as_plain=r.difference is None, priced_c=c))
     return rows
+
+
+def policy_c(drafter: str, costs) -> float | None:
+    """The c the cost K policy prices for `drafter` from a cost table: prompt lookup 0 (no draft
+    pass), the head its step (head_s), the draft model its pass; None where the table has none
+    (auto mixes lookup and the model, so its c is the model's, the dearer of the two)."""
+    if drafter == "lookup":
+        return 0.0
+    seconds = None if costs is None else (costs.head_s if drafter == "head" else costs.draft_s)
+    return None if seconds is None else seconds / costs.decode_step_s
 
 
 def largest_gap(rows: list[PromptPrediction]) -> float | None:
@@ -69,7 +87,7 @@ def within_tolerance(rows: list[PromptPrediction], tolerance: float = TOLERANCE)
 
 
 HEADER = ("| prompt | \u03b1 | accepted share | tokens / pass (expected from \u03b1) | passes with 1 / K+1 tokens (expected) | "
-          "c | verify cost | measured | textbook (m/p) | with verify cost (m/p) | from passes (m/p) | same as plain |\n"
+          "c (priced) | verify cost | measured | textbook (m/p) | with verify cost (m/p) | from passes (m/p) | same as plain |\n"
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
 
@@ -79,7 +97,8 @@ def row_line(r: PromptPrediction) -> str:
             f"{r.ones} / {r.full} ({r.expected_ones:.1f} / {r.expected_full:.1f}) | ")
     if g is None:
         return head + "- | - | - | - | - | - | " + ("yes" if r.same_as_plain else "no") + " |"
-    return head + (f"{m.cost_ratio_c:.3f} | {m.verify_cost:.2f} | {g.measured:.2f} | {g.textbook:.2f} ({g.ratio('textbook'):.2f}) | "
+    priced = "" if r.priced_c is None else f" ({r.priced_c:.3f})"
+    return head + (f"{m.cost_ratio_c:.3f}{priced} | {m.verify_cost:.2f} | {g.measured:.2f} | {g.textbook:.2f} ({g.ratio('textbook'):.2f}) | "
                    f"{g.with_verify_cost:.2f} ({g.ratio('with_verify_cost'):.2f}) | "
                    f"{g.from_passes:.2f} ({g.ratio('from_passes'):.2f}) | {'yes' if r.same_as_plain else 'no'} |")
 
@@ -100,6 +119,7 @@ def as_json(rows: list[PromptPrediction], tolerance: float = TOLERANCE) -> dict:
         out.append({"prompt": r.prompt, "alpha": m.alpha, "accepted_share": m.accepted_share, "tokens_per_pass": m.tokens_per_pass,
                     "expected_tokens_per_pass": m.expected_tokens_per_pass, "passes_one_token": r.ones, "passes_all_kept": r.full,
                     "expected_one_token": r.expected_ones, "expected_all_kept": r.expected_full, "cost_ratio_c": m.cost_ratio_c,
+                    "priced_c": r.priced_c,
                     "verify_cost": m.verify_cost, "measured": g and g.measured, "textbook": g and g.textbook,
                     "with_verify_cost": g and g.with_verify_cost, "from_passes": g and g.from_passes, "same_as_plain": r.same_as_plain})
     return {"prompts": out, "largest_gap": largest_gap(rows), "tolerance": tolerance,

@@ -281,19 +281,19 @@ def exactness_lines(s: dict) -> list[str]:
 
 
 def faithfulness_lines(s: dict) -> list[str]:
-    """Each plain run against bf16 plain decoding: mean top-1 agreement under teacher forcing (over all
-    positions, and over those where bf16's own top-2 logits are not tied), and where the greedy text
+    """Each plain run against dense plain decoding: mean top-1 agreement under teacher forcing (over all
+    positions, and over those where dense's own top-2 logits are not tied), and where the greedy text
     first departs, per prompt (- where it never does)."""
     lanes = s.get("by_lane") or s.get("by_kernel") or {None: s}
     lines = []
     for lane, ls in lanes.items():
         for mode, f in (ls.get("faithfulness") or {}).items():
-            where = ", ".join("-" if i is None else str(i) for i in f["departs_bf16_at"].values())
+            where = ", ".join("-" if i is None else str(i) for i in f["departs_dense_at"].values())
             label = mode if mode != "plain" or lane is None else f"plain [{lane}]"
-            untied = f.get("top1_agree_bf16_untied")
-            where_untied = "" if untied is None else (f", {untied:.3f} where bf16 is not tied "
-                                                      f"({f['bf16_tied']} tied positions on {len(f['departs_bf16_at'])} prompts)")
-            lines.append(f"faithful to bf16 plain: {label} top-1 {f['top1_agree_bf16']:.3f}{where_untied}, departs at {where}")
+            untied = f.get("top1_agree_dense_untied")
+            where_untied = "" if untied is None else (f", {untied:.3f} where dense is not tied "
+                                                      f"({f['dense_tied']} tied positions on {len(f['departs_dense_at'])} prompts)")
+            lines.append(f"faithful to dense plain: {label} top-1 {f['top1_agree_dense']:.3f}{where_untied}, departs at {where}")
     return lines
 
 

@@ -30,9 +30,9 @@ from specdec.core.config import GenerationConfig, parse_runner
 from specdec.engines.bench_servers import OWN_PLAIN, SERVED, run_blocks, runs_as_block, servers_beside
 from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
-from specdec.core.variant_names import parse_kernel
+from specdec.core.variant_names import DENSE, parse_kernel
 from specdec.kernels.target_kernels import kernel_target, release
-from specdec.kernels.machine_defaults import default_variant
+from specdec.serving.defaults_here import start_defaults
 from specdec.kernels.variants import draft_model, parse_variant, resident_gb, target_model
 from specdec.measure.metrics import summarize
 from specdec.measure.positions import position_acceptance
@@ -56,12 +56,12 @@ class Result:
     draft_variant: str | None = None  # the draft as run (our draft-model modes)
     first_difference: dict | None = None  # where the output first departs from plain's (exact modes: with the tie margin)
     agree_first_64: int | None = None  # plain_int4: how many of the first 64 tokens equal plain's, position by position
-    target_kernel: str | None = "bf16"  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
+    target_kernel: str | None = DENSE  # the target as run (specdec/kernels/target_kernels.py); plain is plain decoding on it (None: another engine)
     runner: str | None = "eager"  # how our passes ran (specdec/core/runners); plain is plain decoding on it (None: not our engine)
-    departs_bf16_at: int | None = None  # plain modes: first new token where the output leaves bf16 plain's (None: same, or not judged)
-    top1_agree_bf16: float | None = None  # plain modes: top-1 agreement with bf16 plain's output under teacher forcing
-    top1_agree_bf16_untied: float | None = None  # the same where bf16's own top-2 logits are not tied (specdec.measure.faithfulness)
-    bf16_tied: int | None = None  # positions of bf16 plain's output where its own top-2 logits are tied
+    departs_dense_at: int | None = None  # plain modes: first new token where the output leaves dense plain's (None: same, or not judged)
+    top1_agree_dense: float | None = None  # plain modes: top-1 agreement with dense plain's output under teacher forcing
+    top1_agree_dense_untied: float | None = None  # the same where dense's own top-2 logits are not tied (specdec.measure.faithfulness)
+    dense_tied: int | None = None  # positions of dense plain's output where its own top-2 logits are tied
     acceptance_by_position: list[float | None] | None = None  # accepted / tested at draft positions 1..K, all drafters (None: nothing drafted, or no steps known)
     tested_by_position: list[int] | None = None  # how many steps judged each position (specdec.measure.positions)
 
@@ -86,15 +86,16 @@ def run_ours(pair: ModelPair, prompt_ids: list[int], config: GenerationConfig) -
     }
 
 
-def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant="bf16", k_policy=None, servers=None, kernel="bf16",
+def run_mode(pair, prompt_ids, mode, k, max_new_tokens, schedule, variant=DENSE, k_policy=None, servers=None, kernel=DENSE,
              runner="eager") -> dict:
     if mode in (servers or {}):  # a real engine's server, up for the whole bench
         return servers[mode].run(prompt_ids, max_new_tokens)
-    if split_mode(mode)[0] == "plain_int4":  # the lossy lane: the same engine on an int4 copy of the target
-        config = replace(mode_config(mode, k, max_new_tokens, schedule), runner=runner)
-        return run_ours(replace(pair, target=target_model(pair, "int4")), prompt_ids, config)
+    if split_mode(mode)[0] == "plain_int4":  # the lossy lane, as generate and the page run it: OurSource.lossy()
+        lossy = OurSource(pair, replace(mode_config(mode, k, max_new_tokens, schedule), runner=runner)).lossy()
+        return run_ours(lossy.pair, prompt_ids, lossy.config)
     if split_mode(mode)[0] in OUR_MODES:
-        config = mode_config(mode, k, max_new_tokens, schedule, variant, k_policy)
+        start = start_defaults(pair.name, pair.device) if split_mode(mode)[0] == "page" else None
+        config = mode_config(mode, k, max_new_tokens, schedule, variant, k_policy, start)
         return run_ours(pair, prompt_ids, replace(config, target_kernel=kernel, runner=runner))
     return run_hf(pair, prompt_ids, mode, k, max_new_tokens, schedule)
 
@@ -122,8 +123,7 @@ def expand_modes(modes, variants: list[str]) -> list[str]:
         if base not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)} (draft-model modes may name a variant: spec@int4)")
         if own is not None:
-            parse_variant(own)
-            out.append(mode)
+            out.append(f"{base}@{parse_variant(own).name}")  # an old name as today's
         elif base in DRAFT_MODES and len(variants) > 1:
             out += [f"{base}@{v}" for v in variants]
         elif base != "plain":
@@ -149,14 +149,12 @@ def bench(
 ) -> dict:
     """Run every mode on every prompt, once per target kernel and runner (a lane); return {"results",
     "summary", "machine", "settings"}. `variants`: the draft variants of the draft-model modes
-    (default: the measured default); `kernels`: the target kernels (default: bf16); `runners`: how our
+    (default: the measured default); `kernels`: the target kernels (default: dense); `runners`: how our
     passes run (default: eager; specdec/core/runners). Each lane is compared with plain decoding in the
     same lane, a real engine with its own plain decoding; transformers' modes and the real engines run
     once, beside the first lane. One built kernel model is resident at a time."""
-    variants = variants or [default_variant(pair.name, pair.device)]
-    for v in variants:
-        parse_variant(v)
-    kernels = faithful.reference_first(list(dict.fromkeys(parse_kernel(name) for name in (kernels or ["bf16"]))))
+    variants = [parse_variant(v).name for v in variants or [start_defaults(pair.name, pair.device).draft_variant]]  # old names as today's
+    kernels = faithful.reference_first(list(dict.fromkeys(parse_kernel(name) for name in (kernels or [DENSE]))))
     runners = list(dict.fromkeys(parse_runner(name) for name in (runners or ["eager"])))
     lanes = [(kernel, runner) for kernel in kernels for runner in runners]
     modes = expand_modes(modes, variants)
@@ -186,6 +184,7 @@ def bench(
         "settings": {"pair": pair.name, "k": k, "max_new_tokens": max_new_tokens, "repeats": repeats,
                      "schedule": schedule, "k_policy": k_policy, "modes": list(modes), "draft_variants": variants,
                      "target_kernels": kernels, "runners": runners, "best": best_description(),
+                     "page": start_defaults(pair.name, pair.device).line,
                      "timing": "wall time of the whole generate call (llama.cpp, vLLM: of the whole streamed request), "
                                "prompt prefill included, median over repeats; vLLM modes run as blocks, one server at a time"},
     }
@@ -208,12 +207,12 @@ class Plan:
     k_policy: str | None
     warmup_tokens: int
     log: Callable[[str], None]
-    references: dict  # prompt id -> the bf16 kernel's plain output, what every plain run is judged against (bench.faithful)
+    references: dict  # prompt id -> the dense kernel's plain output, what every plain run is judged against (bench.faithful)
     forced: dict  # (prompt id, mode, kernel) -> its top-1 predictions along the reference, measured once for all runners
-    ties: dict  # prompt id -> per position of the reference: whether bf16's own top-2 logits are tied there
+    ties: dict  # prompt id -> per position of the reference: whether dense's own top-2 logits are tied there
 
     def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str, runner: str) -> dict:
-        return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, "bf16"),
+        return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, DENSE),
                         self.k_policy, self.servers, kernel, runner)
 
 
@@ -274,7 +273,7 @@ def result_of(pair: ModelPair, pid: str, mode: str, runs: dict, variant: str | N
         identical_to_plain=None if mode == "plain" or mode in OWN_PLAIN.values() else all(out["ids"] == reference["ids"] for out in runs[mode]),
         accepted_share=first["accepted_share"], target_passes=first["target_passes"], mean_k=first["mean_k"],
         runs_s=seconds, draft_variant=variant,
-        target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else "bf16",  # transformers': as loaded
+        target_kernel=None if mode in SERVED else kernel if split_mode(mode)[0] in OUR_MODES else DENSE,  # transformers': as loaded
         runner=runner if split_mode(mode)[0] in OUR_MODES else None,
     )
     if first.get("events") and (positions := position_acceptance(first["events"])).steps:  # transformers' modes have no steps

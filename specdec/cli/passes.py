@@ -7,12 +7,16 @@ round, in turn (specdec.measure.passcost.time_rounds), so load from other proces
 of them alike; the figures are medians of `--repeats` rounds, and every ratio is of two figures
 of the same run. A compiled runner's capture comes first and is reported apart (what a process
 pays once). `--without-products` also times each pass with its matrix products replaced by zeros:
-the difference is what the products cost in a real pass.
+the difference is what the products cost in a real pass. `--invariance-cost` also times each
+batch-invariant target's passes with batch invariance undone (torch's packed sdpa, fp32 products
+on BLAS; specdec/kernels/batch_invariant.py): what the invariance costs. `--drafter head` times the
+trained head's draft step beside each target kernel (its kernel follows the target's, as in a run).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ class Key:
     name: str  # its target kernel or draft variant
     runner: str
     products: bool = True  # False: the same passes with every matrix product replaced by zeros
+    undone: bool = False  # True: the same passes with batch invariance undone (--invariance-cost)
 
 
 def add_passes_command(sub) -> None:
@@ -37,15 +42,20 @@ def add_passes_command(sub) -> None:
     add_model_args(p)
     p.add_argument("--runner", default=None, help="comma-separated: eager, static, compiled (default: the measured default "
                                                   "here); each runner's times are also given over the first's")
-    p.add_argument("--target-kernel", default="bf16", help="comma-separated: bf16, int8, q4k, w8a8 (default: bf16, the target "
-                                                           "as loaded); each decode step is also given over the first kernel's")
-    p.add_argument("--draft-variant", default=None, help="comma-separated draft variants, e.g. bf16,int4,w8a8-v32k (default: "
+    p.add_argument("--target-kernel", default="dense", help="comma-separated: dense, int8, q4k, w8a8, w4a8 (default: dense, the target "
+                                                            "as loaded; bf16 is read as dense); each decode step is also given over the "
+                                                            "first kernel's")
+    p.add_argument("--draft-variant", default=None, help="comma-separated draft variants, e.g. dense,int4,w8a8-v32k (default: "
                                                          "the measured default here)")
     p.add_argument("--sizes", default="1,6", help="tokens in the timed target passes (1: a decode step; K+1: the check of K drafts)")
     p.add_argument("--context", type=int, default=200, help="positions in the cache while timing")
     p.add_argument("--repeats", type=int, default=7, help="rounds (medians over them)")
     p.add_argument("--without-products", action="store_true",
                    help="also time each pass with its matrix products replaced by zeros (eager and static runners)")
+    p.add_argument("--invariance-cost", action="store_true",
+                   help="also time each batch-invariant target's passes with batch invariance undone (eager and static runners)")
+    p.add_argument("--drafter", default="model", help="comma-separated: model (the draft variants' passes), head (the trained "
+                                                      "head's draft step beside each target kernel; docs/head.md). Default: model")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_lock_arg(p)
     p.set_defaults(func=run_passes)
@@ -63,6 +73,7 @@ def sizes_of(text: str) -> tuple[int, ...]:
 
 def run_passes(args) -> int:
     sizes, runners, kernels = sizes_of(args.sizes), runner_names(args), kernel_names(args)  # bad input fails before loading
+    drafters = drafters_of(args.drafter)
     for name in (args.draft_variant or "").split(","):
         if name.strip():
             variant_parts(name.strip())
@@ -72,22 +83,55 @@ def run_passes(args) -> int:
     with nullcontext() if args.no_lock else one_measurement("python -m specdec passes"):
         pair = load(args)
         runners = check_runners(runner_names(args, pair), args)  # the measured default, once the pair is loaded
-        variants = list(dict.fromkeys(variant_names(args, pair))) if pair.draft is not None else []
-        result = measure(pair, runners, kernels, variants, sizes, args)
+        with_model = "model" in drafters and pair.draft is not None
+        variants = list(dict.fromkeys(variant_names(args, pair))) if with_model else []
+        heads = [head_entry(pair, k) for k in kernels] if "head" in drafters else []  # before the rounds: no head fails fast
+        result = measure(pair, runners, kernels, variants, sizes, args) | {"heads": heads}
     print(json.dumps(result, ensure_ascii=False) if args.json else tables(result))
     return 0
 
 
+def drafters_of(text: str) -> list[str]:
+    drafters = [d.strip() for d in text.split(",") if d.strip()]
+    if not drafters or set(drafters) - {"model", "head"}:
+        raise ValueError(f"drafter must be model, head or both (comma-separated), got {text!r}")
+    return drafters
+
+
 def check_runners(runners: list[str], args) -> list[str]:
-    if args.without_products and "compiled" in runners:
-        raise ValueError("--without-products times eager and static passes: a compiled pass runs the products it captured")
+    for option, on, why in (("--without-products", args.without_products, "the products"),
+                            ("--invariance-cost", args.invariance_cost, "the attention and products")):
+        if on and "compiled" in runners:
+            raise ValueError(f"{option} times eager and static passes: a compiled pass runs {why} it captured")
     return runners
+
+
+def head_entry(pair, target_kernel: str) -> dict:
+    """The head's draft step beside `target_kernel`: its kernel and median seconds (ValueError when
+    the pair is offered no head)."""
+    from specdec.engines.assemble import head_kernel
+
+    return {"target_kernel": target_kernel, "head_kernel": head_kernel(target_kernel), "median_s": head_step_s(pair, target_kernel)}
+
+
+def head_step_s(pair, target_kernel: str) -> float:
+    """Median seconds of one draft step of the pair's head as a run beside `target_kernel` makes it
+    (a step of its layers and its lm_head rows, after the cost table's context): the cost K policy's
+    draft cost for the head."""
+    from specdec.engines.assemble import head_source
+    from specdec.measure.cost_table import CONTEXT, HEAD_REPEATS
+    from specdec.measure.passcost import time_head_step
+
+    return time_head_step(head_source(pair, target_kernel), pair.dtype, pair.device, CONTEXT, HEAD_REPEATS)
 
 
 def measure(pair, runners, kernels, variants, sizes, args) -> dict:
     """Every lane's passes timed in rounds; the medians and what the tables need."""
+    from specdec.kernels.batch_invariant import is_batch_invariant
     from specdec.kernels.target_kernels import kernel_target
     from specdec.kernels.variants import draft_model, resident_gb
+    from specdec.measure.row_invariance import as_loaded
+    from specdec.measure.stream_rate import read_rate, streamed_bytes
     from specdec.models.machine import machine_info
 
     context = [(i * 7919 + 13) % pair.vocab_size for i in range(args.context)]  # any tokens: a pass's cost does not depend on which
@@ -104,12 +148,23 @@ def measure(pair, runners, kernels, variants, sizes, args) -> dict:
                 lanes[Key(model, name, runner)] = Lane(lm, own, last_only=model == "draft")
                 if args.without_products:
                     lanes[Key(model, name, runner, False)] = Lane(lm, own, model == "draft", lambda m=module: no_products(m))
+                if args.invariance_cost and model == "target" and is_batch_invariant(module):
+                    lanes[Key(model, name, runner, undone=True)] = Lane(lm, own, False, lambda m=module, lm=lm: as_loaded(m, [lm]))
         feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]
         time_rounds(lanes, feed, 1)  # a warm-up round: first passes pay for allocations
         runs = time_rounds(lanes, feed, args.repeats)
-    passes = [{"model": key.model, "name": key.name, "runner": key.runner, "products": key.products, "tokens": n,
+    passes = [{"model": key.model, "name": key.name, "runner": key.runner, "products": key.products,
+               "invariance_undone": key.undone, "tokens": n,
                "median_s": statistics.median(runs[key, n]), "runs_s": runs[key, n]} for key, lane in lanes.items() for n in lane.sizes]
     return {"pair": pair.name, "machine": machine_info(pair), "context": args.context, "repeats": args.repeats,
-            "runners": runners, "kernels": kernels, "variants": variants, "sizes": list(sizes),
+            "runners": runners, "kernels": kernels, "variants": variants, "sizes": list(sizes), "forced_paths": forced_paths(),
             "resident_gb": {f"{model} {name}": resident_gb(m) for (model, name), m in modules.items()},
+            "streamed_gb": {k: streamed_bytes(modules["target", k]) / 1e9 for k in kernels},
+            "read_gbs": read_rate(pair.device) / 1e9,
             "capture_s": captured, "passes": passes}
+
+
+def forced_paths() -> dict[str, str]:
+    """The kernels' instruction-set paths forced by environment variable for this run (e.g.
+    SPECDEC_W4A8_PATH=avx2 on an AVX-512 CPU), so that the figures say which path they timed."""
+    return {name: os.environ[name] for name in ("SPECDEC_W8A8_PATH", "SPECDEC_W4A8_PATH") if os.environ.get(name, "").strip()}

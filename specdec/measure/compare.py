@@ -26,7 +26,7 @@ def tie_bound(kernel: str | None = None, dtype_name: str = "fp32", device: str =
     """The largest top-2 margin at which speculative and plain output on target kernel `kernel` may
     part by rounding alone (a tie), in a pair of `dtype_name` on `device`.
 
-    None for a batch-invariant kernel (specdec/kernels/batch_invariant.py: w8a8, int8, and the dense
+    None for a batch-invariant kernel (specdec/kernels/batch_invariant.py: w8a8, w4a8, int8, and the dense
     target in fp32, on a CPU that runs the kernel library): its check gives every row a one-token pass's
     bits, so speculative and plain output are the same tokens, ties included (equal logits pick the
     same argmax), and no margin makes a departure a tie: any departure is a fault. Otherwise the

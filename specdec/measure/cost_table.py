@@ -1,8 +1,14 @@
-"""The cost table: what one target pass over 1, 2, 3, 4, 6, 8, 12, 16 tokens and one one-token
-draft pass cost on this machine, for one (pair, target kernel, draft variant, dtype, runner). The
-cost K policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass costs (the
+"""The cost table: what one target pass over 1, 2, 3, 4, 6, 8, 12, 16 tokens and one draft step
+cost on this machine, for one (pair, target kernel, draft variant, dtype, runner). The cost K
+policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass costs (the
 static runner pads a check to its fixed shapes: specdec.core.runners.static_model), so each runner has
 its own table.
+
+The draft step is kept per drafter: the draft model's one-token pass (`draft_s`), and the trained
+head's step (`head_s`: one `step` of its layer and its lm_head rows, timed as a run makes it by
+passcost.time_head_step). A head's step is timed the first time a run with that head asks for the
+table and kept in the same file, keyed by the digest of the head file's tensors: another head file
+is timed anew, the same file is not. Measured, not assumed: the cost policy's K for the head rests on it.
 
 Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and
 cached as JSON under `<cache root>/costs/<machine>/`, where <machine> names what decides the
@@ -19,22 +25,26 @@ import json
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import PassCosts, measure_models, passes_to_time
+from specdec.measure.passcost import PassCosts, measure_models, passes_to_time, time_draft, time_head_step
 
 FORMAT = "specdec-costs"
 VERSION = 1
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3
+HEAD_REPEATS = 9  # a head step takes milliseconds: more rounds for a steadier median
 CPU_FLAGS = (*machine_facts.REPORTED_FLAGS, "amx_int8")  # the flags that change which kernels run (part of a table's key)
 
-_tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file
+_tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file (without a head's step)
+_drafts: dict[Path, float] = {}  # a draft variant's pass alone, by file, measured or read in this process
+_head_steps: dict[tuple[Path, str], float] = {}  # (table file, head digest) -> head_s, timed or read in this process
 
 
 def machine(device: torch.device) -> dict:
@@ -62,15 +72,23 @@ def table_path(pair_name: str, kernel: str, draft_variant: str, dtype: str, devi
     return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.{kernel}.{draft_variant}.{dtype}.{runner}.json"
 
 
-def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf16", runner: str = "eager",
-            refresh: bool = False, repeats: int = REPEATS, progress: bool = False) -> PassCosts:
+def measure(pair, *, kernel: str = "dense", target=None, draft_variant: str = "dense", runner: str = "eager",
+            refresh: bool = False, repeats: int = REPEATS, progress: bool = False, head=None) -> PassCosts:
     """The cost table for this pair, target kernel, draft variant, runner and the pair's dtype: from
     this process, else from the cache on disk, else (or with refresh) measured and written there.
 
     target: the target module as the kernel runs it, or a callable that returns it (called only
     when measuring); None: the pair's own target. The draft is the draft variant as run
-    (specdec.kernels.variants). progress: a progress bar on stderr while measuring."""
+    (specdec.kernels.variants). progress: a progress bar on stderr while measuring.
+    head: the run's trained head (a HeadSource): the table then carries its step (head_s)."""
     path = table_path(pair.name, kernel, draft_variant, pair.dtype_name, pair.device, runner)
+    costs = _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress)
+    if head is None:
+        return costs
+    return replace(costs, head_s=head_step_s(pair, path, head))
+
+
+def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress) -> PassCosts:
     if not refresh:
         if path in _tables:
             return _tables[path]
@@ -105,24 +123,108 @@ def measure(pair, *, kernel: str = "bf16", target=None, draft_variant: str = "bf
     write(path, costs, {"pair": pair.name, "target_kernel": kernel, "draft_variant": draft_variant, "dtype": pair.dtype_name,
                         "runner": runner}, machine(pair.device))
     _tables[path] = costs
+    for key in [k for k in _head_steps if k[0] == path]:  # a table measured anew is written without heads
+        del _head_steps[key]
     return costs
 
 
-def costs_for(pair, config, target=None, progress: bool = False) -> PassCosts:
-    """The cost table a run with these settings needs (its target kernel, draft variant and runner)."""
-    return measure(pair, kernel=getattr(config, "target_kernel", "bf16"), target=target,
-                   draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress)
+def head_step_s(pair, path: Path, head) -> float:
+    """The head's step (head: a HeadSource) as kept in the table at `path`, by the head file's digest:
+    from this process, else from the file, else timed now and added to the file."""
+    key = (path, head.digest)
+    if key not in _head_steps:
+        seconds = read_head_steps(path).get(head.digest)
+        if seconds is None:
+            seconds = time_head_step(head, pair.dtype, pair.device, CONTEXT, HEAD_REPEATS)
+            add_head_step(path, head.digest, seconds)
+        _head_steps[key] = seconds
+    return _head_steps[key]
+
+
+def costs_for(pair, config, target=None, progress: bool = False, head=None) -> PassCosts:
+    """The cost table a run with these settings needs (its target kernel, draft variant and runner;
+    with the step of `head`, the run's HeadSource, when the head drafts)."""
+    return measure(pair, kernel=getattr(config, "target_kernel", "dense"), target=target,
+                   draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress, head=head)
+
+
+def head_step_for(pair, config, head) -> float:
+    """The step of `head` (a HeadSource) as kept with the cost table of these settings, timed now
+    if it is not there (head_step_s); the table itself is not measured for it."""
+    path = table_path(pair.name, getattr(config, "target_kernel", "dense"), config.draft_variant, pair.dtype_name, pair.device,
+                      getattr(config, "runner", "eager"))
+    return head_step_s(pair, path, head)
+
+
+def draft_path(pair_name: str, draft_variant: str, dtype: str, device: torch.device, runner: str = "eager") -> Path:
+    pair_slug = re.sub(r"[^A-Za-z0-9.-]+", "_", pair_name)
+    return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.draft.{draft_variant}.{dtype}.{runner}.json"
+
+
+def draft_pass_s(pair, draft_variant: str, runner: str = "eager", refresh: bool = False, repeats: int = REPEATS) -> float:
+    """One draft pass of this variant alone (whatever the target kernel: the draft does not read it),
+    for comparing variants without timing the target again: from this process, else the cache on
+    disk (a file that cannot be trusted is measured again), else measured and written there."""
+    from specdec.kernels.variants import draft_model
+
+    path = draft_path(pair.name, draft_variant, pair.dtype_name, pair.device, runner)
+    if not refresh and path in _drafts:
+        return _drafts[path]
+    seconds = None if refresh else read_draft(path)
+    if seconds is None:
+        context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
+        seconds = time_draft(draft_model(pair, draft_variant), pair.vocab_size, context, repeats, runner=runner)
+        _write_json(path, {"format": FORMAT, "version": VERSION, "machine": machine(pair.device),
+                           "key": {"pair": pair.name, "draft_variant": draft_variant, "dtype": pair.dtype_name, "runner": runner},
+                           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "draft_s": seconds})
+    _drafts[path] = seconds
+    return seconds
+
+
+def read_draft(path: Path) -> float | None:
+    """A cached draft pass, or None when there is none or it cannot be trusted."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        seconds = data["draft_s"]
+        ok = data.get("format") == FORMAT and data.get("version") == VERSION and isinstance(seconds, (int, float)) and seconds > 0
+        return float(seconds) if ok else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
-    """Write the table atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {
+    """Write the table (the draft model's pass; no head's step yet) atomically."""
+    _write_json(path, {
         "format": FORMAT, "version": VERSION, "key": key, "machine": info,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
-                  "context": costs.context, "repeats": costs.repeats},
-    }
+                  "head_s": {}, "context": costs.context, "repeats": costs.repeats},
+    })
+
+
+def keep(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
+    """Write the table in place of the one kept there (the heads' steps timed against it stay), and
+    let this process read the new one."""
+    heads = read_head_steps(path)
+    write(path, costs, key, info)
+    for digest, seconds in heads.items():
+        add_head_step(path, digest, seconds)
+    _tables[path] = costs
+
+
+def add_head_step(path: Path, digest: str, seconds: float) -> None:
+    """Add a head's step to the table's file, under the head file's digest (no file: kept in this process only)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["costs"]["head_s"] = {**data["costs"].get("head_s", {}), digest: seconds}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    _write_json(path, data)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     partial.write_text(json.dumps(data, indent=1), encoding="utf-8")
     os.replace(partial, path)
@@ -143,3 +245,12 @@ def read(path: Path) -> PassCosts | None:
         return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def read_head_steps(path: Path) -> dict[str, float]:
+    """The heads' steps kept in a table's file, by head digest (entries that cannot be trusted left out)."""
+    try:
+        steps = json.loads(path.read_text(encoding="utf-8"))["costs"].get("head_s", {})
+        return {str(d): float(s) for d, s in steps.items() if isinstance(s, (int, float)) and s > 0}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}

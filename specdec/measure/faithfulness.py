@@ -1,7 +1,7 @@
 """How faithful a target kernel is to the dense target: each quantized kernel is a slightly
 different model, and this says by how much.
 
-Two figures, both against plain greedy decoding of the dense (`bf16`) target, the reference:
+Two figures, both against plain greedy decoding of the dense target (the `dense` kernel), the reference:
 
 - `first_departure`: the first position where a kernel's own greedy output leaves the reference's
   (None: the same tokens all along). One early flip changes every token after it, so this is

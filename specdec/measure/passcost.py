@@ -1,5 +1,5 @@
-"""What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, and
-one draft pass. Speculative decoding pays where checking K+1 tokens costs about one decode step
+"""What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, one
+draft pass, and one draft step of a trained head (time_head_step). Speculative decoding pays where checking K+1 tokens costs about one decode step
 (memory-bound decoding: the weights are read once per pass, however many tokens it scores).
 
 Timing (time_rounds, the one timing loop of the cost table and of `python -m specdec passes`):
@@ -32,9 +32,11 @@ MAX_CONTEXT = 256  # positions prefilled before timing (the prompt, cut to its l
 class PassCosts:
     sizes: tuple[int, ...]  # tokens in one target pass
     target_s: tuple[float, ...]  # median seconds of one target pass over that many tokens
-    draft_s: float | None  # median seconds of one one-token draft pass (None: the pair has no draft model)
+    draft_s: float | None  # median seconds of one one-token draft-model pass (None: the pair has no draft model)
     context: int  # positions in the cache while timing
     repeats: int
+    head_s: float | None = None  # median seconds of one draft step of the run's trained head (None: not timed)
+    overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
 
     def target_pass_s(self, n: float) -> float:
         """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes."""
@@ -141,12 +143,39 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
     with prefilled(runner, target, vocab_size, context, max(sizes), [(n, False) for n in sizes]) as target_lm:
         time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
         target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
-    draft_s = None
-    if draft is not None:
-        with prefilled(runner, draft, vocab_size, context, 1, DRAFT_SHAPES[:1]) as draft_lm:
-            time_passes(draft_lm, feed, (1,), 1, last_only=True)
-            (draft_s,) = time_passes(draft_lm, feed, (1,), repeats, last_only=True, tick=tick)  # the drafter asks for the last logits only
+    draft_s = None if draft is None else time_draft(draft, vocab_size, context, repeats, tick, runner)
     return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats)
+
+
+def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3, tick=None, runner: str = "eager") -> float:
+    """Median seconds of one one-token pass of the draft module after a cache filled with (the end
+    of) context_ids, run by `runner`, asking for the last logits only (as a drafter does)."""
+    context = list(context_ids[-MAX_CONTEXT:])
+    with prefilled(runner, draft, vocab_size, context, 1, DRAFT_SHAPES[:1]) as draft_lm:
+        time_passes(draft_lm, context, (1,), 1, last_only=True)  # a warm-up pass: first calls pay for allocations
+        (seconds,) = time_passes(draft_lm, context, (1,), repeats, last_only=True, tick=tick)
+    return seconds
+
+
+def time_head_step(source, dtype: torch.dtype, device: torch.device, context: int, repeats: int) -> float:
+    """Median seconds of one draft step of a trained head (source: a HeadSource) as a run makes it:
+    a `step` of its layer over its own cache of `context` positions, then its logits, argmax read.
+    The head drafts with its own pass, not the draft model's, so its cost is timed apart."""
+    run = source.make()
+    hidden = run.head.shape.hidden
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(context, hidden, generator=gen).to(device, dtype)  # (context, H): any values cost the same
+    ids = (torch.arange(context, device=device) * 7919 + 13) % source.vocab_size  # (context,)
+    feature = run.extend(feats[:-1], ids[1:])  # (1, H)
+    times = []
+    for round_ in range(repeats + 2):
+        start = time.perf_counter()
+        out = run.step(feature, ids[-1:])
+        run.logits(out).argmax(-1).tolist()  # read: a GPU's work is done when this returns
+        if round_ >= 2:  # the first rounds pay for allocations
+            times.append(time.perf_counter() - start)
+        run.crop(context - 1)
+    return statistics.median(times)
 
 
 @contextmanager

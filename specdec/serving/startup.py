@@ -1,8 +1,10 @@
 """What the app loads before its first visitor.
 
-Anywhere but ZeroGPU: the default pair with the target kernel and draft variant the page starts on
-(specdec.kernels.machine_defaults), on the torch thread (where every run will use them;
-specdec.serving.torch_thread says why). Other pairs, variants and kernels are built when first asked for.
+Anywhere but ZeroGPU: the default pair, and on a CPU the measurement of what is fastest here
+(specdec.serving.defaults_here: kept from an earlier start, else timed now within its budget, with a
+progress bar), then the target kernel and draft variant the page starts on, on the torch thread
+(where every run will use them; specdec.serving.torch_thread says why). Other pairs, variants and
+kernels are built when first asked for.
 
 On ZeroGPU the app's process has no GPU. The `spaces` package stands in for CUDA there with a
 torch function mode entered in the thread that imported it (the main thread) and in no other: a
@@ -21,13 +23,14 @@ import threading
 import torch
 
 from specdec.kernels import device_offer
-from specdec.kernels.machine_defaults import defaults_for
+from specdec.kernels.attention import set_attention
+from specdec.kernels.batch_invariant import is_batch_invariant
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
 from specdec.models import machine
 from specdec.models.dtypes import dtype_name
 from specdec.models.pair import ModelPair, build_pair
-from specdec.serving import torch_thread
+from specdec.serving import defaults_here, torch_thread
 from specdec.serving.pairs import PairStore, describe
 
 CUDA = torch.device("cuda")
@@ -39,12 +42,23 @@ def preload(store: PairStore) -> list[str]:
     if machine.zero_gpu():
         return place_for_zero_gpu(store)
     pair = store.get(store.default)
-    chosen = defaults_for(pair.device, pair.name)  # what the page starts on (specdec.kernels.machine_defaults)
+    lines = [measure_defaults(pair)]
+    chosen = defaults_here.start_defaults(pair.name, pair.device)  # what the page starts on
     torch_thread.call(kernel_target, pair, chosen.target_kernel)  # from its disk cache, or built once
     if pair.draft is not None:
         torch_thread.call(draft_model, pair, chosen.draft_variant)
     loaded = f"loaded {pair.name} on {pair.device} ({pair.dtype_name}) from {pair.source}"
-    return [f"{loaded}, target kernel {chosen.target_kernel}, draft variant {chosen.draft_variant}"]
+    return [f"{loaded}, target kernel {chosen.target_kernel}, draft variant {chosen.draft_variant}", *filter(None, lines)]
+
+
+def measure_defaults(pair: ModelPair) -> str:
+    """Measure (or read) what is fastest here for the pair, on the torch thread; one line for the log.
+    A measurement that fails leaves the recorded table's entry, and says why."""
+    try:
+        measured = torch_thread.call(defaults_here.ensure, pair, True)
+    except (ValueError, RuntimeError, OSError) as err:
+        return f"defaults not measured ({err}): {defaults_here.start_defaults(pair.name, pair.device).line}"
+    return measured.line if measured is not None else ""
 
 
 def place_for_zero_gpu(store: PairStore, device: torch.device = CUDA) -> list[str]:
@@ -80,8 +94,13 @@ def build_offered(pair: ModelPair, device: torch.device) -> list[str]:
 
 
 def place(pair: ModelPair, device: torch.device) -> None:
-    """Move the pair's models and everything built from them to `device`."""
-    for model in (pair.target, pair.draft, *pair.variants.values()):
+    """Move the pair's models and every model built from them to `device` (specdec.models.built),
+    each set to the attention it runs there (specdec/kernels/attention.py: the device's path, or the
+    batch-invariant rows where the model is batch-invariant and they run there); a built head is
+    built again there when next asked for."""
+    for model in (pair.target, pair.draft, *pair.built.modules()):
         if model is not None:
             model.to(device)
+            set_attention(model, invariant=is_batch_invariant(model))
+    pair.built.forget_heads()
     pair.device = device

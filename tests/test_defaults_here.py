@@ -1,0 +1,168 @@
+"""specdec.serving.defaults_here and `python -m specdec defaults` on tiny-random: every candidate the
+device offers is measured through the cost tables, the choice is the predicted fastest, it is kept
+so a second start reads it, and a missing or damaged table or choice file is measured again."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from specdec.kernels import device_offer
+from specdec.kernels.device_offer import Offered
+from specdec.measure import choose, cost_table
+from specdec.serving import defaults_here
+
+KERNELS, VARIANTS = ("dense", "int8"), ("dense", "int4")  # a small offer: fast, and no C++ build in a fresh cache
+
+
+@pytest.fixture
+def here(monkeypatch, tmp_path):
+    """No cost table or choice kept yet (the kernels' own builds stay in the usual cache: no C++ build per
+    test), and a device that offers KERNELS and VARIANTS (what device_offer says is what is measured)."""
+    monkeypatch.setattr(cost_table, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(defaults_here, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(defaults_here, "recorded_pair", lambda: "tiny-random")  # measured as if its acceptance were recorded
+    monkeypatch.setattr(device_offer, "target_kernels", lambda device: Offered(KERNELS))
+    monkeypatch.setattr(device_offer, "draft_variants", lambda device: Offered(VARIANTS))
+    a_new_process(monkeypatch)
+    return tmp_path
+
+
+def a_new_process(monkeypatch):
+    """What this process kept in memory forgotten: the files are all a new start has."""
+    for name in ("_tables", "_drafts", "_head_steps"):
+        monkeypatch.setattr(cost_table, name, {})
+
+
+def test_every_offered_candidate_is_measured_and_the_fastest_is_chosen_and_kept(here, tiny_pair):
+    built_before = (set(tiny_pair.built.kernels), set(tiny_pair.built.drafts))
+    measured = defaults_here.ensure(tiny_pair)
+    found = {(c.target_kernel, c.drafter, c.draft_variant) for c in measured.candidates}
+    expected = {(k, "none", "") for k in KERNELS} | {(k, "model", v) for k in KERNELS for v in VARIANTS}
+    assert found == expected
+    assert measured.chosen.tok_s == max(c.tok_s for c in measured.candidates)
+    assert "head" in measured.skipped  # tiny-random has no trained head: said, not guessed
+    assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device).chosen == measured.chosen
+    start = defaults_here.start_defaults(tiny_pair.name, tiny_pair.device)
+    assert (start.target_kernel, start.k_policy) == (measured.chosen.target_kernel, "cost")
+    assert start.reason.startswith("measured on this machine: ")
+    assert (set(tiny_pair.built.kernels), set(tiny_pair.built.drafts)) == built_before  # nothing left built
+    # the table the start's runs read is the one the choice was predicted from: the first run measures nothing
+    kept = cost_table.read(cost_table.table_path(tiny_pair.name, start.target_kernel, start.draft_variant, tiny_pair.dtype_name,
+                                                 tiny_pair.device))
+    chosen_kernel = next(c for c in measured.candidates if c.drafter == "none" and c.target_kernel == start.target_kernel)
+    assert kept.decode_step_s == pytest.approx(chosen_kernel.decode_step_s)
+    assert kept.draft_s == pytest.approx(next(c.draft_s for c in measured.candidates if c.draft_variant == start.draft_variant))
+
+
+def test_the_kept_table_carries_the_choices_draft_even_where_a_table_was_measured_there(here, tiny_pair):
+    """The dense draft variant's table on a kernel is the one measured for the kernel itself, with its
+    own timing of the draft: the choice's separate draft pass is written into it, its heads kept."""
+    measured = defaults_here.ensure(tiny_pair)
+    kernel = measured.chosen.target_kernel
+    dense_draft = next(c for c in measured.candidates if c.target_kernel == kernel and c.draft_variant == "dense")
+    as_if_dense = replace(measured, chosen=dense_draft)
+    path = cost_table.table_path(tiny_pair.name, kernel, "dense", tiny_pair.dtype_name, tiny_pair.device, choose.RUNNER)
+    table = cost_table.read(path)
+    cost_table.add_head_step(path, "a-head", 0.001)
+    choice_draft_s = table.draft_s * 1.25  # the separate pass timed otherwise, as noise makes it
+    defaults_here.keep_chosen_table(tiny_pair, as_if_dense, {kernel: table}, {"dense": choice_draft_s})
+    kept = cost_table.read(path)
+    assert (kept.target_s, kept.draft_s) == (table.target_s, choice_draft_s)
+    assert cost_table.read_head_steps(path) == {"a-head": 0.001}
+    assert cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER).draft_s == choice_draft_s
+
+
+def test_a_second_start_reads_the_choice_and_a_new_kernel_is_measured(here, tiny_pair, monkeypatch):
+    first, measure = defaults_here.ensure(tiny_pair), cost_table.measure
+    monkeypatch.setattr(cost_table, "measure", lambda *a, **k: pytest.fail("a kept choice is not measured again"))
+    assert defaults_here.ensure(tiny_pair).chosen == first.chosen
+    monkeypatch.setattr(cost_table, "measure", measure)
+    monkeypatch.setattr(device_offer, "target_kernels", lambda device: Offered((*KERNELS, "q4k")))  # a kernel offered since
+    assert "q4k" in {c.target_kernel for c in defaults_here.ensure(tiny_pair).candidates}
+
+
+def test_a_missing_or_damaged_table_or_choice_is_measured_again(here, tiny_pair, monkeypatch):
+    defaults_here.ensure(tiny_pair)
+    table = cost_table.table_path(tiny_pair.name, "int8", "dense", tiny_pair.dtype_name, tiny_pair.device)
+    draft = cost_table.draft_path(tiny_pair.name, "int4", tiny_pair.dtype_name, tiny_pair.device)
+    choice = defaults_here.choice_path(tiny_pair.name, tiny_pair.device)
+    table.write_text('{"format": "specdec-costs", "version": 1, "costs": {"sizes": [1], "target_s": [-1]}}')
+    draft.unlink()
+    choice.write_text("{not json")
+    a_new_process(monkeypatch)
+    assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device) is None  # not trusted
+    measured = defaults_here.ensure(tiny_pair)
+    assert cost_table.read(table) is not None and cost_table.read_draft(draft) > 0  # both measured again
+    assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device).chosen == measured.chosen
+
+
+def test_the_budget_leaves_out_what_it_cannot_reach_and_says_so(here, tiny_pair, monkeypatch):
+    # the recorded kernel and its head, the library's kernels, the draft variants, then the slow kernels
+    assert defaults_here.plan(tiny_pair) == [("kernel", "dense"), ("head", "dense"), ("draft", "dense"), ("draft", "int4"),
+                                             ("kernel", "int8"), ("head", "int8")]
+    with monkeypatch.context() as patched:
+        patched.setattr(device_offer, "target_kernels", lambda device: Offered(("dense", "int8", "w4a8")))
+        assert defaults_here.plan(tiny_pair)[:4] == [("kernel", "dense"), ("head", "dense"), ("kernel", "w4a8"), ("head", "w4a8")]
+    monkeypatch.setattr(device_offer, "draft_variants", lambda device: Offered(("dense", "int4", "int4-v32k")))
+    drafts = [name for what, name in defaults_here.plan(tiny_pair) if what == "draft"]
+    assert drafts == ["dense", "int4-v32k", "int4"]  # the recorded variant, then the likeliest cheap ones
+    monkeypatch.setattr(device_offer, "draft_variants", lambda device: Offered(VARIANTS))
+    measured = defaults_here.measure_here(tiny_pair, budget_s=0.0)
+    assert {c.target_kernel for c in measured.candidates} == {"dense"}  # the first kernel is always timed
+    assert measured.skipped["kernel int8"] == measured.skipped["draft int4"] == defaults_here.BUDGET
+    assert measured.chosen.drafter == "none" and "no drafter was measured yet" in measured.line
+    assert measured.defaults().draft_variant == "dense"  # the recorded table's variant for tiny-random
+    assert not defaults_here.complete(measured, tiny_pair.device)  # the next start measures the rest
+
+
+def test_off_a_cpu_nothing_is_measured_and_the_recorded_entry_stands():
+    import torch
+
+    from specdec.kernels.machine_defaults import defaults_for
+
+    gpu = torch.device("cuda")
+    assert defaults_here.measurable("tiny-random", gpu) and defaults_here.read_choice("tiny-random", gpu) is None
+    assert defaults_here.start_defaults("tiny-random", gpu) == defaults_for(gpu, "tiny-random")
+
+
+def test_a_pair_without_recorded_acceptance_is_not_measured(tiny_pair, capsys):
+    from specdec.__main__ import main
+
+    why = defaults_here.measurable("tiny-random", tiny_pair.device)
+    assert why == "not measured for tiny-random: its drafters' acceptance is not recorded (only qwen2.5-coder-1.5b/0.5b's is)"
+    assert defaults_here.ensure(tiny_pair) is None
+    assert main(["defaults", "--pair", "tiny-random", "--dtype", "fp32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"] is False and out["why"] == why and out["candidates"] == []
+
+
+def test_defaults_json_lists_every_candidate_with_its_costs(here, capsys):
+    from specdec.__main__ import main
+
+    assert main(["defaults", "--pair", "tiny-random", "--dtype", "fp32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["candidates"]) == len(KERNELS) * (1 + len(VARIANTS))
+    for c in out["candidates"]:
+        assert c["decode_step_s"] > 0 and c["tok_s"] > 0 and c["check_s"] > 0
+        assert (c["draft_s"] is None) == (c["drafter"] == "none") and (c["alpha"] is None) == (c["drafter"] == "none")
+    assert out["chosen"]["tok_s"] == max(c["tok_s"] for c in out["candidates"])
+    assert out["start"]["target_kernel"] == out["chosen"]["target_kernel"] and out["start"]["k_policy"] == "cost"
+    assert main(["defaults", "--pair", "tiny-random", "--dtype", "fp32"]) == 0
+    text = capsys.readouterr().out
+    assert "**chosen**" in text and "measured on this machine: " in text and "not measured: head" in text
+
+
+def test_the_pages_line_is_one_summary_with_the_figures_behind_it(here, tiny_pair):
+    from app import advanced
+
+    before = advanced.defaults_line(tiny_pair.name, tiny_pair.device)
+    assert "not measured here" in before and "<summary title=" in before and "Not measured here: " in before
+    measured = defaults_here.ensure(tiny_pair)
+    line = advanced.defaults_line(tiny_pair.name, tiny_pair.device)
+    summary = line[line.index('">', line.index("<summary")) + 2 : line.index("</summary>")]
+    assert summary == f"Measured on this machine: {measured.chosen.target_kernel}, {measured.variant} draft"
+    assert "<" not in summary and "\n" not in summary  # one line of text
+    figures = line[line.index("</summary>") :]
+    assert figures.count("<tr") == 1 + len(measured.candidates) and 'class="chosen"' in figures
+    assert advanced.defaults(tiny_pair.name, tiny_pair.device).target_kernel == measured.chosen.target_kernel
