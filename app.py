@@ -41,6 +41,8 @@ def load_before_visitors() -> None:
 
 if zero_gpu():  # at module level, in the main thread: ZeroGPU takes the pairs placed on "cuda" here (specdec/serving/startup.py)
     load_before_visitors()
+elif __name__ == "__main__" and os.environ.get("SPECDEC_PRELOAD", "1") == "1":
+    load_before_visitors()  # before the page is built: the page starts on what was measured here (specdec/serving/defaults_here.py)
 
 from app.ui import build_demo, launch_kwargs  # noqa: E402 (after the checks: gradio is slow to import)
 
@@ -48,6 +50,4 @@ demo = build_demo()
 demo.queue(max_size=16)  # bounded: a full queue tells new visitors to come back rather than piling up
 
 if __name__ == "__main__":
-    if not zero_gpu() and os.environ.get("SPECDEC_PRELOAD", "1") == "1":
-        load_before_visitors()
     demo.launch(**launch_kwargs())

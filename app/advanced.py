@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from specdec.engines import choice
-from specdec.kernels.machine_defaults import defaults_for
+from specdec.serving.defaults_here import read_choice, start_defaults
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
 HEAD_CHOICE = ("head: a layer trained on the target's own hidden states", "head")  # offered where a verified head file is
@@ -35,8 +35,8 @@ class AdvancedValues:
     """What the Advanced controls hold, in the order of Page.advanced_controls()."""
 
     drafter: str = "model"
-    draft_variant: str = "bf16"
-    target_kernel: str = "bf16"
+    draft_variant: str = "dense"
+    target_kernel: str = "dense"
     runner: str = "eager"
     adaptive: bool = False  # Adaptive K (with cost_k ticked too a run is refused, and the summary says so)
     cost_k: bool = False  # K from this machine's pass costs
@@ -91,16 +91,47 @@ def summary(values: AdvancedValues) -> str:
 
 
 def defaults(default_pair: str, device) -> AdvancedValues:
-    """What the controls start at: the fastest exact configuration measured on this kind of machine
-    for this pair (specdec.kernels.machine_defaults; defaults_line says which and why)."""
-    chosen = defaults_for(device, default_pair)
+    """What the controls start at: the fastest exact configuration for this pair, measured on this
+    machine where it was, else recorded for this kind of machine (specdec.serving.defaults_here;
+    defaults_line says which and why)."""
+    chosen = start_defaults(default_pair, device)
     return AdvancedValues(drafter=chosen.drafter, draft_variant=chosen.draft_variant, target_kernel=chosen.target_kernel,
                           runner=chosen.runner, adaptive=chosen.k_policy == "adaptive", cost_k=chosen.k_policy == "cost")
 
 
 def defaults_line(default_pair: str, device) -> str:
-    """The one line under the settings: what the run starts on and why, as HTML (the text escaped)."""
-    return f'<p class="defaults-line">{html.escape(defaults_for(device, default_pair).line)}</p>'
+    """ONE line under the settings, what the run starts on and where that comes from, with the
+    figures behind a closed disclosure (so the token panes stay on the first screen); HTML, escaped."""
+    measured = read_choice(default_pair, device)
+    chosen = start_defaults(default_pair, device)
+    start = (f"Started on target {chosen.target_kernel}, draft {chosen.draft_variant}, drafter {chosen.drafter}, "
+             f"{chosen.runner} runner, K policy {chosen.k_policy}")
+    if measured is None:
+        where = "Not measured here"
+        figures = f"<p>{html.escape(start)}: recorded for this kind of machine, not measured here.</p><p>{html.escape(chosen.line)}</p>"
+    else:
+        where = "Measured on this machine"
+        figures = (f"<p>{html.escape(start)}: measured on this machine.</p><p>{html.escape(measured.line)}.</p>"
+                   + candidates_table(measured))
+    line = f"{where}: {chosen.target_kernel}, {chosen.draft_variant} draft"  # short: it shares a column with Compare
+    return (f'<details class="defaults-line"><summary title="{html.escape(start, quote=True)}">{html.escape(line)}</summary>'
+            f"{figures}</details>")
+
+
+def candidates_table(measured) -> str:
+    """The measured candidates, fastest first: their costs here and predicted speeds (HTML)."""
+    rows = []
+    for c in sorted(measured.candidates, key=lambda x: -x.tok_s):
+        mark = ' class="chosen"' if c == measured.chosen else ""
+        c_text = "" if c.c is None else f"{c.c:.2f}"
+        alpha = "" if c.alpha is None else f"{c.alpha:.2f}"
+        draft = "" if c.draft_s is None else f"{1000 * c.draft_s:.1f}"
+        rows.append(f"<tr{mark}><td>{html.escape(c.name)}</td><td>{1000 * c.decode_step_s:.1f}</td><td>{draft}</td>"
+                    f"<td>{c_text}</td><td>{alpha}</td><td>{c.k}</td><td>{c.tok_s:.1f}</td></tr>")
+    skipped = "".join(f"<li>{html.escape(what)}: {html.escape(why)}</li>" for what, why in measured.skipped.items())
+    return ('<table class="defaults-table"><tr><th>configuration</th><th>decode step ms</th><th>draft step ms</th>'
+            "<th>c</th><th>\u03b1 recorded</th><th>K</th><th>predicted tok/s</th></tr>" + "".join(rows) + "</table>"
+            + (f"<p>Not measured:</p><ul>{skipped}</ul>" if skipped else ""))
 
 
 def pair_defaults(default_pair: str, device) -> tuple:
@@ -119,14 +150,15 @@ def relabel(*values) -> dict:
 
 # Help under the dropdowns; each is followed on the page by what this device leaves out, and why.
 DRAFT_VARIANT_HELP = (
-    "the draft made cheaper: int8/int4 weights, w8a8 = int8 weights and activations, "
+    "the draft made cheaper: dense = its weights as loaded, int8/int4 weights, w8a8 = int8 weights and activations, w4a8 = 4-bit Q4_K weights and int8 activations, "
     "-v16k/-v32k scores only the most frequent tokens. "
     "The output stays the target's; only acceptance and speed change. Default: this machine's (the line under the settings). "
 )
 TARGET_KERNEL_HELP = (
-    "how the target runs: bf16 = the dense weights as loaded (fp32 on a CPU without native bf16), "
+    "how the target runs: dense = the weights as loaded, in the pair's dtype (bf16, or fp32 on a CPU without native bf16), "
     "int8 = weight-only int8 per row, q4k = the GGUF's own 4-bit grid in torch's int4 kernel, "
     "w8a8 = int8 weights and int8 activations, one scale per 128 values of each token (a check of several tokens costs about one). "
+    "w4a8 = the GGUF's own 4-bit grid with those int8 activations: about half w8a8's bytes, and exact under speculation as w8a8 is. "
     "Plain decoding beside it runs the same kernel. "
 )
 RUNNER_HELP = (

@@ -13,7 +13,7 @@ from specdec.engines import choice
 from specdec.engines.remote import remote_updates
 from specdec.core.events import StepEvent
 
-from .view import Lane
+from .lanes import Lane
 
 CHOICES = [(choice.LABELS[name], name) for name in choice.LABELS]
 
@@ -74,14 +74,6 @@ def read_remote(page, values: dict) -> tuple[str, str, str]:
         raise ValueError(f"engine {engine}: give the base URL of its speculative server"
                          + (" (or press Start llama.cpp)" if can.starts_embedded else ""))
     return engine, spec_url, plain_url
-
-
-def require(page, values: dict, what: str, can: str) -> None:
-    """`what` needs the chosen engine to have the capability `can` (e.g. "steps_through"); ValueError
-    otherwise (a remote engine reports no per-token detail)."""
-    if not getattr(choice.capabilities(values.get(page.engine, choice.DEFAULT)), can):
-        raise ValueError(f"{what} runs on this project's engine only (a remote engine reports no per-token detail): "
-                         "choose it under Engine")
 
 
 def remote_lanes(engine: str, spec_url: str, plain_url: str, prompt: str, pair, config, compare: bool):

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from specdec.record.run_file import RecordError, RunRecord, from_json, write_files
 
+from .components import Page
 from .view import RunView, frame
-
-if TYPE_CHECKING:
-    from .page import Page
 
 MAX_BYTES = 64 * 2**20  # a 2048-token run of both lanes is a few MB; anything far larger is not a record
 

@@ -1,22 +1,20 @@
 """The GPU part of a live run: `stream_events`, a generator with plain arguments and results. On a
 ZeroGPU Space `spaces.GPU` runs it in a worker process forked from the app's (arguments and events
 are pickled across), asking for a duration computed from the request; elsewhere it is a plain
-generator. Also what a request may ask for on this device (specdec.kernels.device_offer)."""
+generator. Its lanes are this project's engine's (specdec.engines.ours.OurSource: the run, plain()
+and lossy()), each a run of the prompt ids the request encoded once (app/request.py)."""
 
 from __future__ import annotations
 
 import math
 
-from specdec.bench.side_by_side import plain_int4_run
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
-from specdec.kernels import device_offer
 from specdec.measure.passcost import time_decode_step
-from specdec.models.pair import pick_device
 from specdec.serving import gpu_budget
 from specdec.serving.pairs import shared_store
 
-from .view import Lane
+from .lanes import Lane
 
 try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU (a no-op elsewhere)
     import spaces
@@ -24,7 +22,7 @@ except ImportError:
     spaces = None
 
 
-def gpu_seconds(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False) -> int:
+def gpu_seconds(pair_name: str, prompt_ids: list[int], config: GenerationConfig, compare: bool, plain_int4: bool = False) -> int:
     """The duration ZeroGPU is asked for: the longest this run can take (same arguments as stream_events;
     the lossy lane counted as one more plain run, which it is faster than)."""
     costs = gpu_budget.costs_for(gpu_budget.cost_key(pair_name, config))
@@ -42,7 +40,7 @@ def _on_gpu(fn):
 
 
 @_on_gpu
-def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare: bool, plain_int4: bool = False):
+def stream_events(pair_name: str, prompt_ids: list[int], config: GenerationConfig, compare: bool, plain_int4: bool = False):
     """(Lane.SPEC, StepEvent) for each step of the speculative run, then (Lane.PLAIN, StepEvent) for
     the plain run with the same settings (without it, (Lane.DECODE_STEP, seconds): one plain decode
     step timed on the finished run's cache, the unit of c and the verify cost), then (Lane.LOSSY,
@@ -56,29 +54,18 @@ def stream_events(pair_name: str, prompt: str, config: GenerationConfig, compare
     global _calls_here
     fresh, _calls_here = _calls_here == 0, _calls_here + 1
     ours = OurSource(shared_store().loaded_pair(pair_name), config)
-    decoding = ours.run(prompt)
+    decoding = ours.decode(prompt_ids)
     for event in decoding:
         yield Lane.SPEC, event
     capture_s = decoding.runner.capture_s
     if compare:
-        plain = ours.plain().run(prompt)  # the baseline: nothing drafted
+        plain = ours.plain().decode(prompt_ids)  # the baseline: nothing drafted
         for event in plain:
             yield Lane.PLAIN, event
         capture_s += plain.runner.capture_s
     else:
         yield Lane.DECODE_STEP, time_decode_step(decoding)
     if plain_int4:
-        for event in plain_int4_run(ours.pair, prompt, config):
+        for event in ours.lossy().decode(prompt_ids):
             yield Lane.LOSSY, event
     yield Lane.CAPTURE, gpu_budget.CaptureReport(capture_s, fresh)
-
-
-def check_offered_here(config: GenerationConfig, plain_int4: bool) -> None:
-    """ValueError naming the field when the run asks for a variant, kernel or lane this device is not
-    offered (specdec.kernels.device_offer: on a GPU, what would re-expand its weights every pass)."""
-    device = pick_device()
-    if config.uses_draft_model:
-        device_offer.draft_variants(device).check("draft_variant", config.draft_variant, device.type)
-    device_offer.target_kernels(device).check("target_kernel", config.target_kernel, device.type)
-    if plain_int4 and (why := device_offer.lossy_lane(device)):
-        raise ValueError(f"plain_int4 is not offered on {device.type}: {why}")

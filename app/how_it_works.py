@@ -98,7 +98,7 @@ decoding would have picked, in the same order: the text is identical, made in fe
 The one caveat is arithmetic: scoring K + 1 positions in one pass adds numbers in another order
 than K + 1 single passes, so where the target's top two choices are nearly tied (a top-2 logit
 margin near 0, more often in bf16) a token can flip. The badge under the panes then says where
-the two runs first differ and how close that tie was. Some target kernels are made **batch-invariant** (`w8a8`, `int8`, and the
+the two runs first differ and how close that tie was. Some target kernels are made **batch-invariant** (`w8a8`, `w4a8`, `int8`, and the
 dense target in fp32, on a CPU): every row of a check gets exactly the bits a one-token pass gives
 it, so on those the speculative text equals plain decoding's bit for bit, ties included, and the
 badge says any difference is a fault.

@@ -1,5 +1,5 @@
-"""A live run: read the settings, stream the speculative run then the plain run, a frame at a time,
-no more often than the page can afford.
+"""A live run: the request's checks (app/request.py), then the speculative run then the plain run
+streamed, a frame at a time, no more often than the page can afford.
 
 The GPU work is app.gpu_call's `stream_events`, iterated on the process's torch thread
 (specdec.serving.torch_thread, which carries the visitor's context there). Everything that
@@ -22,13 +22,14 @@ from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
 from specdec.engines.base import EngineError
 from specdec.kernels.faithfulness_record import faithfulness_note
-from specdec.serving.pairs import shared_store
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
 from . import engine_choice, gpu_call, theory
-from .page import Page, StopFlag
-from .settings import read_live_settings
-from .view import Lane, RunView, frame
+from .components import Page, StopFlag
+from .lanes import Lane
+from .request import admitted, head_label, refusal
+from .settings import GENERATE
+from .view import RunView, frame
 
 # The browser draws each frame on the cores the engine runs on (docs/app_speed.md: on 2 cores,
 # headless chromium spent 7 to 9.6 CPU s on a streaming page during a 50 s run, against 3.4 to 4.6
@@ -85,26 +86,19 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
     """Stream the speculative run, then (if asked) the plain run with the same settings; yields dicts of updates."""
     stop = values[page.stop]
     stop.clear()
-    store = shared_store()
     with ExitStack() as held:
         try:
-            s = read_live_settings(page, values, store)
-            pair = held.enter_context(store.acquire(s.pair_name, progress=lambda f, msg: progress(f, desc=msg)))
-            prompt = values[page.prompt]
-            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=s.config.max_new_tokens)  # before any GPU time
-            if s.config.uses_head:
-                head_label(pair, s.config)  # a pair without a verified head: refused here, with the reason
+            request = held.enter_context(admitted(page, values, progress, GENERATE))
         except ValueError as err:
-            gr.Warning(str(err))
-            yield {page.status: f"Not started: {err}"}
+            yield {page.status: refusal(err)}
             return
         if session:
             _running[session] = stop
             held.callback(_running.pop, session, None)
-
+        s, pair, prompt = request.settings, request.pair, request.prompt
         view = new_view(pair, s.config, s.show_rejected, prompt, lossy_wanted=s.plain_int4 and s.can.lossy_lane)
         if s.can.in_process:
-            lanes = gpu_call.stream_events(pair.name, prompt, s.config, s.compare, s.plain_int4)
+            lanes = gpu_call.stream_events(pair.name, request.prompt_ids, s.config, s.compare, s.plain_int4)
         else:  # a real engine's servers: the same lanes, read over HTTP
             view.status = engine_choice.status(s.engine, s.spec_url, s.plain_url, pair, s.compare)
             lanes = engine_choice.remote_lanes(s.engine, s.spec_url, s.plain_url, prompt, pair, s.config, s.compare)
@@ -198,18 +192,6 @@ def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, l
                           f"{config.runner} runner{drafts}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
-
-
-def head_label(pair, config: GenerationConfig) -> str:
-    """Which head file drafts, and how its products run (specdec.engines.assemble); ValueError with
-    the reason when the loaded pair has no verified head."""
-    from specdec.engines.assemble import head_kernel
-    from specdec.kernels.head_offer import offered_head
-
-    offer = offered_head(pair)
-    if offer.stored is None:
-        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
-    return f"{offer.stored.path.name}, {head_kernel(config.target_kernel)} products"
 
 
 def last_frame(page: Page, values: dict, view: RunView) -> dict:

@@ -1,5 +1,5 @@
-"""The page, whole: `Page` declares every component a handler reads or writes, section by section,
-and `build_page` lays the sections out in the same order. Reading this file top to bottom is
+"""The page, whole: `build_page` lays out the sections of `Page` (app/components.py, which declares
+every component a handler reads or writes) in the same order. Reading this file top to bottom is
 reading the page top to bottom; app/ui.py wires its events to the handlers.
 
 Handlers take their inputs as a dict keyed by these components and return a dict of updates, so a
@@ -10,12 +10,11 @@ what changed. Long texts (help, captions) live with the module that explains the
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import gradio as gr
 
-from specdec.core.config import RUNNERS
+from specdec.core.config import RUNNERS, GenerationConfig
 from specdec.kernels import device_offer
 from specdec.kernels.faithfulness_record import faithfulness_line
 from specdec.models.pair import pick_device
@@ -24,6 +23,7 @@ from specdec.record.replay import SPEEDS
 from specdec.serving import gpu_budget
 
 from . import advanced, charts, engine_choice, how_it_works, render, step_panel, theory, theory_charts
+from .components import Page, StopFlag
 from .replay import ReplayControl
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -38,134 +38,6 @@ INTRO = (
     "forward pass and keeps the longest prefix it agrees with, plus one token of its own: "
     "the same text as the target alone, in fewer target passes."
 )
-
-
-class StopFlag(threading.Event):
-    """Per-session stop signal. gr.State deep-copies its initial value for each session; a lock
-    cannot be copied, so a copy is simply a fresh flag."""
-
-    def __deepcopy__(self, memo):
-        return StopFlag()
-
-
-class Page:
-    """Every component a handler reads or writes, in the order of the page. Components no handler
-    touches (titles, the legend, the How it works tab) are laid out in build_page without a name."""
-
-    # Above the tabs: the legend and its two switches (they act in the browser only: app/ui.py)
-    lecture_view: gr.Checkbox
-    theme: gr.Checkbox
-    # Per session (gr.State)
-    stop: gr.State  # a StopFlag: Stop sets it, the engine checks it before each step
-    spec_events: gr.State  # the StepEvents on screen
-    plain_events: gr.State
-    run_view: gr.State  # the app.view.RunView on screen (live, finished or loaded): what replay and export read
-
-    # Live tab: the prompt, Generate, and the settings that change what the page shows
-    prompt: gr.Textbox
-    generate: gr.Button
-    stop_button: gr.Button
-    pair: gr.Dropdown
-    k: gr.Slider
-    temperature: gr.Slider
-    max_new: gr.Slider
-    compare: gr.Checkbox  # run plain decoding after the speculative run
-    defaults_note: gr.HTML  # what the settings start on for this pair and machine, and why (app/advanced.defaults_line)
-    # Live tab, folded into Advanced: how a run is made (app/advanced.py sums them up in its label)
-    advanced: gr.Accordion
-    drafter: gr.Radio
-    draft_variant: gr.Dropdown
-    target_kernel: gr.Dropdown
-    runner: gr.Radio
-    adaptive: gr.Checkbox  # K policy "adaptive"
-    cost_k: gr.Checkbox  # K policy "cost"
-    top_p: gr.Slider
-    top_k: gr.Number
-    seed: gr.Number
-    engine: gr.Radio  # this project's engine or a real engine's servers (app/engine_choice.py)
-    engine_urls: gr.Row  # shown for a remote engine
-    spec_url: gr.Textbox
-    plain_url: gr.Textbox
-    start_llamacpp: gr.Button
-    engine_note: gr.Markdown
-    plain_int4: gr.Checkbox  # the lossy lane: plain decoding on an int4 target
-    show_rejected: gr.Checkbox
-    # Live tab: the run
-    status: gr.Markdown
-    spec_html: gr.HTML  # the token panes
-    plain_html: gr.HTML
-    stats: gr.HTML
-    lossy_lane: gr.Column  # shown when plain_int4 is on
-    lossy_note: gr.HTML
-    lossy_html: gr.HTML
-    # Live tab: replay (app/replay.py)
-    replay_control: gr.State  # a ReplayControl
-    replay: gr.Button
-    replay_pause: gr.Button
-    replay_speed: gr.Radio
-    replay_step: gr.Slider
-    # Live tab: export and load (app/export.py)
-    export_json: gr.DownloadButton
-    export_csv: gr.DownloadButton
-    load_run: gr.UploadButton
-    # Live tab: why this speedup (app/theory.py)
-    predictions: gr.HTML
-    # Live tab: the step panel (app/step_panel.py, app/stepping.py)
-    step_state: gr.State  # a StepSession: the stepped run held between clicks
-    step_button: gr.Button
-    run_to_end: gr.Button
-    step_panel: gr.HTML
-    # Live tab: the charts (app/charts.py)
-    acc_plot: gr.Plot
-    thr_plot: gr.Plot
-    tpp_plot: gr.Plot
-    position_plot: gr.Plot  # per drafter: acceptance by draft position
-    lengths_plot: gr.Plot  # per drafter: how many drafts each step kept
-
-    # Theory tab (app/theory.py, app/theory_run.py)
-    theory_state: gr.State  # a TheorySession
-    k_curve: gr.Plot
-    k_caption: gr.Markdown
-    codesign: gr.Plot
-    codesign_caption: gr.Markdown
-    sweep_button: gr.Button
-    measure_button: gr.Button
-    theory_status: gr.Markdown
-    passcost_plot: gr.Plot
-    passcost_caption: gr.Markdown
-
-    def settings(self) -> set:
-        """The controls a run reads (passed to handlers as one dict)."""
-        return {self.prompt, self.pair, self.drafter, self.k, self.adaptive, self.temperature, self.top_p,
-                self.top_k, self.max_new, self.seed, self.compare, self.show_rejected, self.draft_variant, self.plain_int4,
-                self.cost_k, self.target_kernel, self.runner, self.engine, self.spec_url, self.plain_url}
-
-    def advanced_controls(self) -> list:
-        """The Advanced controls, in the order of app.advanced.AdvancedValues' fields."""
-        return [self.drafter, self.draft_variant, self.target_kernel, self.runner, self.adaptive, self.cost_k,
-                self.top_p, self.top_k, self.seed, self.engine, self.spec_url, self.plain_url,
-                self.plain_int4, self.show_rejected]
-
-    def plots(self) -> list:
-        return [self.acc_plot, self.thr_plot, self.tpp_plot, self.position_plot, self.lengths_plot]
-
-    def theory_outputs(self) -> list:
-        return [self.k_curve, self.k_caption, self.codesign, self.codesign_caption, self.passcost_plot,
-                self.passcost_caption, self.theory_status]
-
-    def run_outputs(self) -> list:
-        """Everything a frame of a run may update."""
-        return [self.status, self.spec_html, self.plain_html, self.stats, self.predictions, *self.plots(),
-                self.lossy_html, self.lossy_note, *self.theory_outputs(), *self.run_states()]
-
-    def run_states(self) -> list:
-        """The per-session state a frame of a run writes (a replay frame leaves it alone)."""
-        return [self.spec_events, self.plain_events, self.run_view]
-
-    def replay_outputs(self) -> list:
-        """What a replay frame updates: a run's outputs without its per-session state, and the slider."""
-        states = self.run_states()
-        return [c for c in self.run_outputs() if c not in states] + [self.replay_step]
 
 
 def build_page(default_pair: str, pairs=None, max_new_tokens: int = 1024, pair_note: str = "") -> Page:
@@ -217,14 +89,15 @@ def _controls(page: Page, default_pair: str, pairs, max_new_tokens: int, pair_no
                 page.pair = gr.Dropdown(list(pairs), value=default_pair, label="Model pair",
                                         info=PRESETS[default_pair].description, elem_id="pair")
                 with gr.Row():
-                    page.k = gr.Slider(1, 16, value=5, step=1, label="K: draft tokens per step", elem_id="k")
+                    page.k = gr.Slider(1, 16, value=GenerationConfig().k, step=1, label="K: draft tokens per step", elem_id="k")
                     page.temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
                                                  elem_id="temperature")
                 with gr.Row(equal_height=True):
                     page.max_new = gr.Slider(8, max_new_tokens, value=min(128, max_new_tokens), step=8,
                                              label="Max new tokens", elem_id="max-new-tokens")
-                    page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
-                page.defaults_note = gr.HTML(advanced.defaults_line(default_pair, pick_device()), elem_id="defaults-line")
+                    with gr.Column(min_width=160):  # the defaults' one line under Compare, beside the slider: no height of its own
+                        page.compare = gr.Checkbox(True, label="Compare with plain decoding", elem_id="compare")
+                        page.defaults_note = gr.HTML(advanced.defaults_line(default_pair, pick_device()), elem_id="defaults-line")
         _advanced(page, default_pair, pair_note)
 
 

@@ -53,7 +53,8 @@ def _target_title(event: StepEvent) -> str:
     if event.margins is not None:
         title += f"\ntarget top-1 minus top-2 logit {event.margins[-1]:.4f}"
     if event.paused:
-        title += ("\nnothing drafted: at this machine's pass costs and the acceptance so far, "
+        title += (f"\nnothing drafted: {event.paused_why}" if event.paused_why else
+                  "\nnothing drafted: at this machine's pass costs and the acceptance so far, "
                   "drafting would make fewer tokens/s than a plain step")
     return title
 

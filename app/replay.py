@@ -10,17 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from specdec.record import replay as clock
 from specdec.record.replay import Clock, Position
 
+from .components import Page
 from .view import RunView, frame
-
-if TYPE_CHECKING:
-    from .page import Page
 
 MIN_FRAME_S = 0.05  # at most 20 frames a second, however dense the recorded events are
 STATUS_EVERY_S = 0.25  # the replay clock in the status line ticks this often between events

@@ -45,7 +45,7 @@ class StepSession:
         self.decoding = None  # the held run, built detailed (its `details`: specdec.core.detail)
         self.events = None  # its iterator: next() is one step
         self.view = None  # app.view.RunView of the held run
-        self.pair = self.prompt = None
+        self.pair = self.prompt_ids = None  # the pair and prompt ids it runs on
         self.key = None  # the settings it was started with
         self.ended = False  # the speculative run has no more steps
 
@@ -115,6 +115,8 @@ def unreported(engine: str) -> str:
 def _headline(x: StepExplanation) -> str:
     head = f"Step {x.step} (target pass {x.step + 1}): "
     n = len(x.rows) + x.unseen_rejected
+    if not n and x.paused_why:
+        return head + f"nothing was drafted: the K policy chose a plain step, since {x.paused_why}."
     if not n:
         return head + ("nothing was drafted (prompt lookup found no match, or plain decoding); "
                        "the target made one token, as plain decoding would.")

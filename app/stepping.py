@@ -1,4 +1,4 @@
-"""Step through a run: "Step" advances the held run (app.step_panel.StepSession) by one step,
+"""Step through a run: both handlers pass the request's checks first (app/request.py). "Step" advances the held run (app.step_panel.StepSession) by one step,
 "Run to end" drains it and runs plain decoding beside it, a click on a token opens its step.
 The held run is one built detailed (OurSource.run(..., detailed=True)): the same events as an uninterrupted run, plus what the panel shows.
 
@@ -15,51 +15,48 @@ import gradio as gr
 from specdec.serving import torch_thread
 from specdec.core.detail import explain
 from specdec.engines.ours import OurSource
-from specdec.serving.pairs import shared_store
 from specdec.measure.passcost import time_decode_step
 
-from . import engine_choice, live, step_panel
-from .settings import read_config
-from .view import Lane, frame
+from . import live, step_panel
+from .lanes import Lane
+from .request import Admitted, admitted, refusal
+from .settings import STEP
+from .view import frame
 
 
-def _key(page, values: dict, config) -> tuple:
-    return (values[page.pair], values[page.prompt], config)
+def _key(request: Admitted) -> tuple:
+    return (request.pair.name, request.prompt, request.config)
 
 
-def _start(page, values: dict, session, pair, config) -> None:
-    """A new held run with the current settings (ValueError names a bad one)."""
+def _start(page, values: dict, session, request: Admitted) -> None:
+    """A new held run with the request's settings, from its prompt ids (ValueError names a bad setting)."""
     # On the torch thread: building the run builds its draft variant too (torch_thread says why).
-    source = OurSource(pair, config, stop=values[page.stop])
-    decoding = torch_thread.call(lambda: source.run(values[page.prompt], detailed=True))
+    source = OurSource(request.pair, request.config, stop=values[page.stop])
+    decoding = torch_thread.call(lambda: source.decode(request.prompt_ids, detailed=True))
     session.close()
     session.decoding, session.events = decoding, iter(decoding)
-    session.view = live.new_view(pair, config, bool(values[page.show_rejected]), values[page.prompt])
-    session.pair, session.prompt, session.key = pair, values[page.prompt], _key(page, values, config)
+    session.view = live.new_view(request.pair, request.config, request.settings.show_rejected, request.prompt)
+    session.pair, session.prompt_ids, session.key = request.pair, request.prompt_ids, _key(request)
 
 
-def _held(page, values: dict, session, pair, config, ended_is_over: bool = True) -> bool:
+def _held(session, request: Admitted, ended_is_over: bool = True) -> bool:
     """The held run can go on: same settings, same loaded pair, and (ended_is_over) not ended."""
-    return (session.events is not None and session.pair is pair and session.key == _key(page, values, config)
+    return (session.events is not None and session.pair is request.pair and session.key == _key(request)
             and not (session.ended and ended_is_over))
 
 
 def step(page, values: dict, progress: gr.Progress) -> dict:
     """One speculative step; a new run when none is held, the last one ended, or the settings changed."""
-    session, store = values[page.step_state], shared_store()
+    session = values[page.step_state]
     with session.lock:
         try:
-            config = read_config(page, values)
-            engine_choice.require(page, values, "Step and Run to end", "steps_through")
-            name = store.check_offered(values[page.pair])
-            with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
-                if not _held(page, values, session, pair, config):
-                    _start(page, values, session, pair, config)
+            with admitted(page, values, progress, STEP) as request:
+                if not _held(session, request):
+                    _start(page, values, session, request)
                 values[page.stop].clear()
                 event = torch_thread.call(next, session.events, None)  # one step, on the torch thread
         except ValueError as err:
-            gr.Warning(str(err))
-            return {page.status: f"Not started: {err}"}
+            return {page.status: refusal(err)}
         view = session.view
         if event is None:  # stopped, or nothing left
             session.ended = True
@@ -77,23 +74,20 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
 def run_to_end(page, values: dict, progress: gr.Progress):
     """Finish the held run (or a new one, recorded), then plain decoding and the comparison: the
     lanes of a live run, streamed by the same loop (live.stream_frames), throttled alike."""
-    session, store = values[page.step_state], shared_store()
+    session = values[page.step_state]
     with session.lock, ExitStack() as held:
         try:
-            config = read_config(page, values)
-            engine_choice.require(page, values, "Step and Run to end", "steps_through")
-            name = store.check_offered(values[page.pair])
-            pair = held.enter_context(store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)))
+            request = held.enter_context(admitted(page, values, progress, STEP))
             finished = session.view is not None and session.view.finished
-            if finished or not _held(page, values, session, pair, config, ended_is_over=False):
-                _start(page, values, session, pair, config)
+            if finished or not _held(session, request, ended_is_over=False):
+                _start(page, values, session, request)
         except ValueError as err:
-            gr.Warning(str(err))
-            yield {page.status: f"Not started: {err}"}
+            yield {page.status: refusal(err)}
             return
         stop, view = values[page.stop], session.view
         stop.clear()
-        lanes = _rest_of_run(session, OurSource(pair, config, stop=stop), bool(values[page.compare]), stepped=bool(view.spec))
+        ours = OurSource(request.pair, request.config, stop=stop)
+        lanes = _rest_of_run(session, ours, request.settings.compare, stepped=bool(view.spec))
         stream = torch_thread.Stream(lanes, stop)
         held.callback(stream.join)  # before the pair is released: the engine may be inside a step
         yield from live.stream_frames(page, view, stream, stop)
@@ -109,7 +103,7 @@ def _rest_of_run(session, ours: OurSource, compare: bool, stepped: bool):
         stepped = True
         yield Lane.SPEC, event
     if compare:
-        for event in ours.plain().run(session.prompt):
+        for event in ours.plain().decode(session.prompt_ids):
             yield Lane.PLAIN, event
     elif stepped:
         yield Lane.DECODE_STEP, time_decode_step(session.decoding)

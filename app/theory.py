@@ -48,12 +48,12 @@ class TheorySession:
     last finished run. Mutated in place; a deep copy (Gradio's per-session copy) is a fresh one."""
 
     points: list = field(default_factory=list)  # DrafterPoint
-    sweep: list = field(default_factory=list)  # specdec.measure.sweep.SweepPoint, of the last sweep
+    sweep: list = field(default_factory=list)  # specdec.engines.sweep.SweepPoint, of the last sweep
     metrics: RunMetrics | None = None  # of the last finished speculative run (with its decode step)
     k: int | None = None  # its K (mean draft length, rounded)
     speedup: float | None = None  # its measured speedup, when plain decoding ran beside it
     pair_key: tuple[str, str] | None = None
-    kernel: str = "bf16"  # what ran the target of the last run: a target kernel, or an engine with its own cost table
+    kernel: str = "dense"  # what ran the target of the last run: a target kernel, or an engine with its own cost table
 
     def __deepcopy__(self, memo):
         return TheorySession()
@@ -64,7 +64,7 @@ class TheorySession:
         takes c from the engine's own pass costs, when they were measured here (llama.cpp's)."""
         can = choice.of_events(engine)
         self.metrics, self.pair_key = metrics, pair_key
-        self.kernel = engine if can.own_cost_table else getattr(config, "target_kernel", "bf16")
+        self.kernel = engine if can.own_cost_table else getattr(config, "target_kernel", "dense")
         self.k = max(1, round(metrics.mean_k)) if metrics.drafted else None
         self.speedup = measured_speedup(metrics, plain)
         c = metrics.cost_ratio_c
@@ -170,7 +170,7 @@ def codesign_caption(session: TheorySession) -> str:
 def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None = None, alpha: float | None = None) -> str:
     if costs is None and not tables:
         return ("*What a pass costs here*: **Measure pass costs** times one target pass over 1, 2, 3, 4, 6, 8, 12 and 16 "
-                "tokens on this machine for each target kernel (bf16, int8, q4k, w8a8 where it runs; and llama.cpp when its "
+                "tokens on this machine for each target kernel (dense, int8, q4k, w8a8 and w4a8 where they run; and llama.cpp when its "
                 "servers run here), median of 3 after 200 cached positions, beside one draft pass. Speculative decoding pays where "
                 "checking K+1 tokens costs about one decode step.")
     k = k or 5
@@ -194,8 +194,13 @@ def passcost_caption(costs: PassCosts | None, k: int | None, tables: dict | None
 # --- why this speedup -----------------------------------------------------------------------------
 
 
-def render_predictions(spec: RunMetrics | None, plain: RunMetrics | None, finished: bool) -> str:
-    """The measured speedup, the three predictions with one caption each, and what separates them."""
+def render_predictions(spec: RunMetrics | None, plain: RunMetrics | None, finished: bool, paused_why: str = "") -> str:
+    """The measured speedup, the three predictions with one caption each, and what separates them.
+    paused_why: the K policy's reason for its last plain step (specdec.core.k_policy), said where it chose them."""
+    if finished and spec is not None and not spec.drafted and paused_why:
+        return (f'<div class="predictions"><div class="pred-title">Why this speedup</div><p>No step drafted: the K '
+                f"policy chose plain steps, since {escape(paused_why)}. Speculative decoding here is plain decoding of "
+                "the same target.</p></div>")
     if spec is None or not finished or not spec.drafted or plain is None or not plain.tokens_per_s:
         return WAITING
     measured = measured_speedup(spec, plain)
@@ -221,7 +226,9 @@ def render_predictions(spec: RunMetrics | None, plain: RunMetrics | None, finish
     )
     table = ('<table class="pred-table"><tr><th></th><th>speedup</th><th title="measured / predicted">measured / '
              f"predicted</th><th>how it is computed</th></tr>{body}</table>")
-    return f'<div class="predictions"><div class="pred-title">Why this speedup</div>{table}<p>{escape(verdict(gap, spec))}</p></div>'
+    paused = f" Plain steps where the K policy chose them: {escape(paused_why)}." if paused_why else ""
+    return (f'<div class="predictions"><div class="pred-title">Why this speedup</div>{table}'
+            f"<p>{escape(verdict(gap, spec))}{paused}</p></div>")
 
 
 def verdict(gap, spec: RunMetrics) -> str:

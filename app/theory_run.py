@@ -1,5 +1,5 @@
-"""The theory tab's two buttons: Sweep K (real runs at K = 1, 2, 3, 4, 6, 8 beside one plain run)
-and Measure pass costs. Handlers take the inputs as a dict and return (or yield) dicts of updates.
+"""The theory tab's two buttons: Sweep K (real runs at K = 1, 2, 3, 4, 6, 8 beside one plain run,
+after the request's checks: app/request.py) and Measure pass costs. Handlers take the inputs as a dict and return (or yield) dicts of updates.
 Both run in this process (they are off on ZeroGPU, where GPU work runs in a worker per call)."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from specdec.serving import torch_thread
 from specdec.engines.base import EngineError
 from specdec.engines.ours import OurSource
 from specdec.serving.pairs import shared_store
-from specdec.bench.sweep import SWEEP_KS, sweep_k
+from specdec.engines.sweep import SWEEP_KS, sweep_k
 from specdec.measure.metrics import summarize
 
 from . import engine_choice, theory
-from .settings import read_config
+from .request import admitted, refusal
+from .settings import SWEEP
 
 
 def _forget_other_pair(session, key) -> None:
@@ -49,7 +50,7 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
                 progress(len(KERNELS) / (len(KERNELS) + 1), desc="pass costs: llama.cpp (a server of the draft alone)")
                 tables.update(embedded_tables(servers.plain_url, pair.vocab_size))
             theory.KERNEL_COSTS[key] = tables
-            theory.PASS_COSTS[key] = tables["bf16"]
+            theory.PASS_COSTS[key] = tables["dense"]
     except (ValueError, EngineError) as err:
         return {page.theory_status: f"Not measured: {err}"}
     _forget_other_pair(session, key)
@@ -62,22 +63,18 @@ def measure_passes(page, values: dict, progress: gr.Progress) -> dict:
 def sweep(page, values: dict, progress: gr.Progress):
     """Run the prompt with the current settings at each K of SWEEP_KS (fixed K), after one plain
     run; the measured points join the speedup-vs-K chart as they come."""
-    stop, session, store = values[page.stop], values[page.theory_state], shared_store()
+    stop, session = values[page.stop], values[page.theory_state]
     stop.clear()
     try:
-        config = read_config(page, values)
-        engine_choice.require(page, values, "Sweep K", "sweeps_k")
-        name = store.check_offered(values[page.pair])
-        with store.acquire(name, progress=lambda f, msg: progress(f, desc=msg)) as pair:
-            prompt = values[page.prompt]
-            pair.encode_prompt(prompt, chat=pair.chat, max_new_tokens=config.max_new_tokens)  # names a bad prompt now
+        with admitted(page, values, progress, SWEEP) as request:
+            pair, config, ids = request.pair, request.config, request.prompt_ids
             _forget_other_pair(session, (pair.name, pair.dtype_name))
             session.sweep = []
             yield {page.theory_status: f"Sweep K on {pair.name}: plain decoding first (the reference for every point)\u2026"}
             plain = OurSource(pair, config, stop=stop).plain()
-            plain_events = torch_thread.call(lambda: list(plain.run(prompt)))
+            plain_events = torch_thread.call(lambda: list(plain.decode(ids)))
             plain_tok_s = summarize(plain_events).tokens_per_s
-            for point in torch_thread.iterate(sweep_k(pair, prompt, config, SWEEP_KS, plain_events=plain_events, stop=stop)):
+            for point in torch_thread.iterate(sweep_k(pair, ids, config, SWEEP_KS, plain_events=plain_events, stop=stop)):
                 session.sweep.append(point)
                 if session.metrics is None and point.k >= min(config.k, SWEEP_KS[-1]):  # no run yet: the curves need one
                     session.metrics, session.k, session.speedup = point.metrics, point.k, point.speedup
@@ -86,7 +83,7 @@ def sweep(page, values: dict, progress: gr.Progress):
                 out[page.theory_status] = f"Sweep K ({config.max_new_tokens} tokens, plain {plain_tok_s:.1f} tok/s): {done}"
                 yield out
     except ValueError as err:
-        yield {page.theory_status: f"Not started: {err}"}
+        yield {page.theory_status: refusal(err)}
         return
     if stop.is_set():
         yield {page.theory_status: "Sweep K stopped."}

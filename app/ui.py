@@ -3,7 +3,8 @@
 The handlers: a live run (app/live.py), Step, Run to end and a click on a token (app/stepping.py),
 Sweep K and Measure pass costs (app/theory_run.py), export and load (app/export.py), replay
 (app/replay.py), the Engine choice (app/engine_choice.py) and the Advanced label (app/advanced.py).
-No engine logic lives here.
+Those that run a model (Generate, Step, Run to end, Sweep K) enter through one set of request
+checks (app/request.py). No engine logic lives here.
 
 Runs take their inputs as one dict (preprocess=False: values arrive as sent, so app/settings.py
 can name a wrong field, which Gradio's own checks cannot) and share one concurrency group: the
@@ -22,7 +23,8 @@ from specdec.serving.pairs import shared_store
 
 from . import advanced, engine_choice, export, render, replay, stepping, theory_run
 from .live import live_run, stop_session
-from .page import ASSETS, Page, build_page
+from .components import Page
+from .page import ASSETS, build_page
 
 GENERATION = "generation"  # the one concurrency group of everything that runs a model
 

@@ -1,12 +1,9 @@
 """What the page shows for a run, as a dict of updates: the same function draws a live frame, a
-finished run, a replayed one and one loaded from a file, so they cannot drift apart. And the
-lanes of a run's stream, each filling its part of the view."""
+finished run, a replayed one and one loaded from a file, so they cannot drift apart."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from specdec.measure.compare import departure, first_difference, tie_verdict
 from specdec.core.config import GenerationConfig
@@ -14,24 +11,8 @@ from specdec.measure.metrics import summarize, summarize_runs
 from specdec.serving.gpu_budget import CaptureReport
 
 from . import charts, render, theory
-
-if TYPE_CHECKING:
-    from .page import Page
-
-
-class Lane(StrEnum):
-    """Where an item of a run's stream of (lane, item) pairs goes (app.live.receive). The values are
-    the strings the stream carries: specdec.serving.torch_thread.Stream ends it with "done" or "error"."""
-
-    SPEC = "spec"  # a StepEvent of the speculative run
-    PLAIN = "plain"  # a StepEvent of plain decoding with the same settings
-    LOSSY = "lossy"  # a StepEvent of plain decoding on an int4 copy of the target
-    SPEC_PENDING = "spec_pending"  # PendingText: a remote engine's text before its steps are known (vLLM)
-    PLAIN_PENDING = "plain_pending"
-    DECODE_STEP = "decode_step"  # seconds of one plain decode step, timed when no plain run gives it
-    CAPTURE = "capture"  # seconds the runner spent capturing passes in this call
-    DONE = "done"  # the stream has ended
-    ERROR = "error"  # the stream raised: the exception
+from .components import Page
+from .lanes import Lane
 
 
 @dataclass
@@ -95,13 +76,18 @@ def lossy_note(view: RunView) -> str:
                                    exact_text=None if diff.plain_token is None else diff.plain_text)
 
 
+def paused_why(events) -> str:
+    """The cost K policy's reason for the run's last plain step ("" where it chose none)."""
+    return next((e.paused_why for e in reversed(events) if e.paused_why), "")
+
+
 def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     """Updates for every output of a run; the figures only when `plots` (they are heavy)."""
     plain = summarize(view.plain) if view.plain else None
     spec = summarize_runs(view.spec, view.plain, view.decode_step_s)  # costs in the plain run's decode steps
     stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
     out = {
-        page.predictions: theory.render_predictions(spec, plain, view.finished),
+        page.predictions: theory.render_predictions(spec, plain, view.finished, paused_why(view.spec)),
         page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
         page.spec_html: render.render_spans(view.spec, view.show_rejected) or render.render_pending(view.pending.get(Lane.SPEC, ())),
         page.plain_html: render.render_spans(view.plain, False) if view.plain else render.render_pending(view.pending.get(Lane.PLAIN, ())),

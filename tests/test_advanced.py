@@ -5,7 +5,7 @@ from app.advanced import AdvancedValues, summary
 
 def test_the_defaults_read_as_one_line():
     line = summary(AdvancedValues())
-    assert line == ("Advanced: draft model \u00b7 draft bf16 \u00b7 target bf16 \u00b7 eager runner \u00b7 fixed K \u00b7 top-p 1 \u00b7 "
+    assert line == ("Advanced: draft model \u00b7 draft dense \u00b7 target dense \u00b7 eager runner \u00b7 fixed K \u00b7 top-p 1 \u00b7 "
                     "top-k off \u00b7 seed 0 \u00b7 this project's engine \u00b7 no lossy lane \u00b7 rejected shown")
     assert "\n" not in line
 

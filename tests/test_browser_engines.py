@@ -7,13 +7,12 @@ import os
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM, app_url, open_advanced, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
-from tests.test_engine_choice import servers  # noqa: F401 (the same stand-in servers)
+from tests.support.browser import ARTIFACTS, CHROMIUM, open_advanced, set_max_new_tokens
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
 
 
-def test_the_page_colours_a_llamacpp_run(app_url, servers):  # noqa: F811 (fixtures imported above)
+def test_the_page_colours_a_llamacpp_run(app_url, servers):
     from playwright.sync_api import expect, sync_playwright
 
     spec_url, plain_url = servers

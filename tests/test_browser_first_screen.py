@@ -10,16 +10,17 @@ import re
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM, app_url, open_advanced, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
+from tests.support.browser import ARTIFACTS, CHROMIUM, open_advanced, set_max_new_tokens
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
 
 WIDTH, HEIGHT = 1280, 800
+PANES_ABOVE = 700  # both token panes start above this y at 1280x800: the race shows without scrolling
 FIRST_SCREEN = ("#prompt", "#generate", "#spec-pane", "#plain-pane")
 
 
 @pytest.fixture(scope="module")
-def page(app_url):  # noqa: F811 (the fixture imported above)
+def page(app_url):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -60,6 +61,8 @@ def test_prompt_generate_and_both_panes_are_on_the_first_screen_in_both_themes(p
             assert 0 <= box["y"] < HEIGHT and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, (theme, selector, box)
         spec, plain = boxes["#spec-pane"], boxes["#plain-pane"]
         assert spec["y"] == plain["y"] and spec["x"] + spec["width"] <= plain["x"], (spec, plain)  # side by side
+        above = {s: page.locator(s).bounding_box() for s in ("#controls", "#settings", "#advanced", "#status", "#defaults-line")}
+        assert spec["y"] < PANES_ABOVE and plain["y"] < PANES_ABOVE, (theme, spec["y"], above)  # where the height goes
         ARTIFACTS.mkdir(exist_ok=True)
         page.wait_for_timeout(300)  # the theme's colours settle
         page.screenshot(path=str(ARTIFACTS / f"first-screen-{theme}.png"))
@@ -83,3 +86,17 @@ def test_the_advanced_settings_are_folded_and_their_label_follows_them(page):
     seed.fill("0")
     seed.press("Enter")
     page.wait_for_function("document.querySelector('#advanced .label-wrap').innerText.includes('seed 0')", timeout=10_000)
+
+
+def test_the_defaults_line_is_one_line_with_its_figures_behind_a_disclosure(page):
+    page.evaluate("window.scrollTo(0, 0)")
+    summary = page.locator("#defaults-line details.defaults-line > summary")
+    assert summary.count() == 1 and page.locator("#defaults-line details").first.get_attribute("open") is None  # closed
+    font = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#defaults-line summary')).fontSize)")
+    assert summary.bounding_box()["height"] <= 2.2 * font  # one line (two would be over 2.4 font sizes), however long the text
+    text = summary.inner_text()
+    assert text.startswith(("Measured on this machine: ", "Not measured here: ")) and text.endswith(" draft"), text
+    summary.click()
+    page.wait_for_function("document.querySelector('#defaults-line details').open")
+    assert page.locator("#defaults-line details p").first.is_visible()  # the figures behind it
+    summary.click()

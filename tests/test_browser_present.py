@@ -12,7 +12,7 @@ import re
 import pytest
 
 from specdec.record.run_file import CSV_COLUMNS, VERSION
-from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, app_url, set_max_new_tokens  # noqa: F401 (app_url: the same app fixture)
+from tests.support.browser import ARTIFACTS, CHROMIUM, ROOT, set_max_new_tokens
 
 DEMO_RUN = ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json"
 

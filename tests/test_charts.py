@@ -9,7 +9,7 @@ from app.charts import (HEIGHT, accepted_lengths_figure, acceptance_figure, posi
                         tokens_per_pass_figure)
 from specdec.core.events import BONUS, CORRECTION, PLAIN
 
-from test_render import make_events  # tests/ has no __init__.py: pytest puts it on sys.path
+from tests.support.events import make_events
 
 
 @pytest.fixture

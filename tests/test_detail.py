@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import specdec.core.acceptance as acceptance
-from conftest import run_checked, untimed
+from tests.support.runs import run_checked, untimed
 from specdec.core.acceptance import speculative_sample
 from specdec.core.config import GenerationConfig
 from specdec.core.detail import ACCEPTED, DISCARDED, REJECTED, Decided, Scored, explain, record_step, replay_uniforms

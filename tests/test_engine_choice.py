@@ -5,10 +5,6 @@ keeps serving. No build, no model server."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import gradio as gr
 import pytest
 
@@ -16,42 +12,10 @@ from app import live
 from specdec.engines import ours
 from specdec.serving import pairs
 from specdec.core.events import check_invariants
-from tests.test_live import no_progress, settings
-from tests.test_llamacpp_stream import chunks
+from tests.support.live import no_progress, settings
+from tests.support.llamacpp import SPEC_STEPS
 
 pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
-
-SPEC_STEPS = [([20], 0, 0), ([21, 22, 23], 4, 2), ([24, 25, 26, 27, 28], 4, 4), ([29], 4, 0)]
-PLAIN_STEPS = [([20], 0, 0), ([21], 0, 0), ([22], 0, 0), ([23], 0, 0), ([24], 0, 0)]
-
-
-def serve(steps):
-    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks(steps))
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
-@pytest.fixture(scope="module")
-def servers():
-    spec, spec_url = serve(SPEC_STEPS)
-    plain, plain_url = serve(PLAIN_STEPS)
-    yield spec_url, plain_url
-    spec.shutdown()
-    plain.shutdown()
 
 
 def last(frames):

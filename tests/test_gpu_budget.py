@@ -69,21 +69,21 @@ def fresh_budget(monkeypatch):
 
 
 def test_learned_costs_are_kept_per_pair_kernel_variant_and_runner(fresh_budget):
-    """A fast bf16 run must not shorten the duration asked for a slower kernel, variant or runner."""
-    bf16 = GenerationConfig(max_new_tokens=100, k=4)
-    key = gpu_budget.cost_key("tiny-random", bf16)
-    assert key == gpu_budget.CostKey("tiny-random", "bf16", "bf16", "eager")
+    """A fast dense run must not shorten the duration asked for a slower kernel, variant or runner."""
+    dense = GenerationConfig(max_new_tokens=100, k=4)
+    key = gpu_budget.cost_key("tiny-random", dense)
+    assert key == gpu_budget.CostKey("tiny-random", "dense", "dense", "eager")
     spec = [event(i, [7] * 4, 0.004, 0.002) for i in range(10)]  # far faster than the estimates
-    gpu_budget.record(key, bf16, spec, [event(i, [], 0.0, 0.002) for i in range(10)])
+    gpu_budget.record(key, dense, spec, [event(i, [], 0.0, 0.002) for i in range(10)])
     learned = gpu_budget.costs_for(key)
     assert learned.verify_s == pytest.approx(1.5 * 0.002)
-    others = [replace(bf16, target_kernel="q4k"), replace(bf16, draft_variant="int4"), replace(bf16, runner="static")]
+    others = [replace(dense, target_kernel="q4k"), replace(dense, draft_variant="int4"), replace(dense, runner="static")]
     for config in others:
         other = gpu_budget.cost_key("tiny-random", config)
         assert other != key and gpu_budget.costs_for(other).verify_s == PassCosts().verify_s, other
-    assert gpu_budget.costs_for(gpu_budget.cost_key("qwen2.5-coder-7b/0.5b", bf16)).verify_s == PassCosts().verify_s
+    assert gpu_budget.costs_for(gpu_budget.cost_key("qwen2.5-coder-7b/0.5b", dense)).verify_s == PassCosts().verify_s
     # without a draft model the variant does not matter, so every variant shares one key
-    lookup = replace(bf16, drafter="lookup")
+    lookup = replace(dense, drafter="lookup")
     assert gpu_budget.cost_key("p", lookup) == gpu_budget.cost_key("p", replace(lookup, draft_variant="int4"))
 
 

@@ -10,29 +10,15 @@ import pytest
 
 from app import live
 from specdec.engines import ours
-from app.page import StopFlag
 from app.render import render_spans
 from app.settings import read_config
 from specdec.serving import pairs
 from specdec.serving import torch_thread
 from specdec.core.config import GenerationConfig
-from tests.conftest import run_checked, tokens
+from tests.support.live import no_progress, settings
+from tests.support.runs import run_checked, tokens
 
 pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
-
-
-def settings(page, **overrides) -> dict:
-    values = {page.prompt: "def add(a, b):", page.pair: "tiny-random", page.drafter: "model", page.k: 4,
-              page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 48,
-              page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16",
-              page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(),
-              page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
-    values.update({getattr(page, k): v for k, v in overrides.items()})
-    return values
-
-
-def no_progress(*args, **kwargs):
-    pass
 
 
 def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_thread(page, monkeypatch, tiny_pair):
@@ -55,7 +41,7 @@ def test_a_live_run_ends_with_both_runs_whole_and_every_step_ran_in_one_engine_t
     frames = list(live.live_run(page, settings(page), no_progress))
     monkeypatch.undo()  # the runs below, made here to compare, are not the page's
     last = frames[-1][page.run_view]
-    config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="bf16")
+    config = GenerationConfig(max_new_tokens=48, k=4, draft_variant="dense")
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, "def add(a, b):", config))
     assert tokens(last.plain) == tokens(run_checked(tiny_pair, "def add(a, b):", replace(config, drafter="none")))
     assert last.finished and not last.stopped

@@ -9,34 +9,11 @@ import pytest
 
 from app import palette
 from app.render import render_badge, render_event, render_legend, render_stats, render_tokens
-from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, StepEvent, check_invariants
+from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN
 from specdec.measure.metrics import summarize
+from tests.support.events import XSS, make_events
 
-XSS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '" onmouseover="alert(1)', "a & b'"]
 SPAN = re.compile(r'<span class="tok tok-(\w+)"(?: data-step="\d+")? title="([^"]*)">([^<]*)</span>')
-
-
-def make_events(steps: list[tuple[list[str], int, str | None, str]]) -> list[StepEvent]:
-    """steps: (drafted texts, accepted, last target text or None for an "eos" step, kind). Ids are made up;
-    probabilities vary so tooltips differ."""
-    events, total, t = [], 0, 0.0
-    for i, (drafted_text, accepted, last, kind) in enumerate(steps):
-        drafted = tuple(100 + j for j in range(len(drafted_text)))
-        emitted_text = tuple(drafted_text[:accepted]) + (() if last is None else (last,))
-        emitted = drafted[:accepted] + (() if last is None else (7,))
-        total += len(emitted)
-        t += 0.1
-        events.append(
-            StepEvent(
-                step=i, drafted=drafted, accepted=accepted, emitted=emitted, kind=kind,
-                p_target=tuple(0.5 for _ in drafted), p_draft=tuple(0.8 for _ in drafted),
-                draft_s=0.01 * len(drafted), verify_s=0.05, total_tokens=total, elapsed_s=t,
-                emitted_text=emitted_text, drafted_text=tuple(drafted_text),
-                margins=tuple(0.25 for _ in emitted), k=len(drafted), greedy=False,
-            )
-        )
-    check_invariants(events)
-    return events
 
 
 def spans(html: str) -> list[tuple[str, str, str]]:

@@ -11,7 +11,7 @@ import pytest
 from app.render import render_spans
 from specdec.record import replay
 from specdec.core.events import BONUS, CORRECTION, PLAIN
-from tests.test_render import make_events
+from tests.support.events import make_events
 
 SPEC_TIMES = [0.5, 1.0, 1.8, 2.0, 3.1]
 PLAIN_TIMES = [0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1, 2.4, 2.7, 3.0, 3.3, 3.6]

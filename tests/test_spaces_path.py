@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_hub_cache
+from tests.support.runs import make_hub_cache
 from specdec.models import bundle
 from specdec.models.presets import DEFAULT_PAIR, get_preset
 

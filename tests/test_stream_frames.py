@@ -1,5 +1,5 @@
 """One streaming loop (app.live.stream_frames) for the page: the lanes of a live run and of Run to
-end of a stepped run go through it, throttled alike. Lanes are app.view.Lane members, each filling
+end of a stepped run go through it, throttled alike. Lanes are app.lanes.Lane members, each filling
 its part of the view; a lane the page does not know stops the run with an error."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from app import live, stepping
 from app.page import StopFlag
 from app.step_panel import StepSession
 from app.theory import TheorySession
-from app.view import Lane, RunView
+from app.lanes import Lane
+from app.view import RunView
 from specdec.core.config import GenerationConfig
 from specdec.engines.vllm import PendingText
-from tests.conftest import run_checked, tokens
-from tests.test_live import no_progress
-from tests.test_live import settings as live_settings
+from tests.support.runs import run_checked, tokens
+from tests.support.live import no_progress
+from tests.support.live import settings as live_settings
 
 pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
 
@@ -85,7 +86,7 @@ def test_run_to_end_finishes_a_stepped_run_through_the_live_loop(page, monkeypat
     assert "stepping: step 1" in out[page.status]
     frames = list(stepping.run_to_end(page, values, no_progress))
     last = frames[-1][page.run_view]
-    config = GenerationConfig(max_new_tokens=32, k=4, draft_variant="bf16")
+    config = GenerationConfig(max_new_tokens=32, k=4, draft_variant="dense")
     assert tokens(last.spec) == tokens(run_checked(tiny_pair, PROMPT, config))  # two steps, then the rest: one run
     assert tokens(last.plain) == tokens(run_checked(tiny_pair, PROMPT, replace(config, drafter="none")))
     assert last.finished and not last.stopped and "identical to plain decoding" in frames[-1][page.stats]

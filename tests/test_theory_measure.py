@@ -18,7 +18,7 @@ def test_measure_pass_costs_gives_one_table_and_one_curve_per_kernel(page, monke
     monkeypatch.setattr(gpu_budget, "_costs", {})
     monkeypatch.setattr(theory, "KERNEL_COSTS", {})
     monkeypatch.setattr(theory, "PASS_COSTS", {})
-    values = {page.pair: "tiny-random", page.prompt: "def f(x):", page.draft_variant: "bf16",
+    values = {page.pair: "tiny-random", page.prompt: "def f(x):", page.draft_variant: "dense",
               page.theory_state: theory.TheorySession(), page.stop: StopFlag()}
     out = theory_run.measure_passes(page, values, lambda *a, **k: None)
     KERNELS = device_offer.target_kernels(None).names  # w8a8 where this machine runs its kernel

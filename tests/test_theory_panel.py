@@ -15,7 +15,7 @@ from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import best_k, speedup_curve
 
-from test_render import XSS, make_events
+from tests.support.events import XSS, make_events
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_session_keeps_one_point_per_drafter_run(runs):
     m = summarize_runs(spec_events, plain_events)
     session.record(m, summarize(plain_events), GenerationConfig(k=3), ("tiny-random", "fp32"))
     session.record(replace(m, cost_ratio_c=0.0), None, GenerationConfig(k=3, drafter="lookup"), ("tiny-random", "fp32"))
-    assert [p.label for p in session.points] == ["#1 draft model K=3 [bf16]", "#2 prompt lookup K=3 [bf16]"]  # [the target kernel]
+    assert [p.label for p in session.points] == ["#1 draft model K=3 [dense]", "#2 prompt lookup K=3 [dense]"]  # [the target kernel]
     assert session.k == 3 and session.speedup is None
     import copy
 
@@ -141,13 +141,13 @@ def test_held_run_detail_only_for_the_run_shown():
 def test_one_cost_curve_per_kernel_and_a_sentence_on_where_drafting_pays():
     flat = PassCosts((1, 2, 6), (0.2, 0.2, 0.21), 0.03, 200, 3)  # checking 6 tokens costs about one decode step
     dear = PassCosts((1, 2, 6), (0.05, 0.07, 0.17), 0.03, 200, 3)  # cheap decode step, a check that grows with its tokens
-    fig = theory_charts.passcost_figure(flat, 5, tables={"bf16": flat, "q4k": dear})
-    assert [t.name for t in fig.data] == ["bf16", "q4k"]
+    fig = theory_charts.passcost_figure(flat, 5, tables={"dense": flat, "q4k": dear})
+    assert [t.name for t in fig.data] == ["dense", "q4k"]
     assert list(fig.data[1].y) == pytest.approx([50, 70, 170])
-    text = theory.passcost_caption(flat, 5, {"bf16": flat, "q4k": dear}, alpha=0.7)
-    assert "**bf16**: decode step 200 ms, checking 6 tokens costs 1.05 of them" in text
+    text = theory.passcost_caption(flat, 5, {"dense": flat, "q4k": dear}, alpha=0.7)
+    assert "**dense**: decode step 200 ms, checking 6 tokens costs 1.05 of them" in text
     assert "**q4k**: decode step 50 ms, checking 6 tokens costs 3.40 of them; at \u03b1 = 0.70 drafting does not pay (K = 0)" in text
-    assert "bf16**: decode step 200 ms, checking 6 tokens costs 1.05 of them; at \u03b1 = 0.70 the best K is" in text
+    assert "dense**: decode step 200 ms, checking 6 tokens costs 1.05 of them; at \u03b1 = 0.70 the best K is" in text
 
 
 def test_break_even_lines_of_other_kernels_on_the_codesign_map():

@@ -66,16 +66,17 @@ def fake_spaces(monkeypatch):
 
 def test_gpu_function_asks_for_its_worst_case(tiny_store, fake_spaces):
     gpu_call, asked, _ = fake_spaces
-    tiny_store.get("tiny-random")  # the GPU function finds the pair loaded; it never loads one
+    pair = tiny_store.get("tiny-random")  # the GPU function finds the pair loaded; it never loads one
     config = GenerationConfig(max_new_tokens=16, k=4)
-    events = list(gpu_call.stream_events("tiny-random", "def f(x):", config, True))
+    ids = pair.encode_prompt("def f(x):", chat=pair.chat, max_new_tokens=16)  # as the request encodes it
+    events = list(gpu_call.stream_events("tiny-random", ids, config, True))
     assert asked == [math.ceil(gpu_budget.call_seconds(config, True, gpu_budget.PassCosts()))]
     assert {which for which, _ in events} == {"spec", "plain", "capture"}
     assert events[-1] == ("capture", gpu_budget.CaptureReport(0.0, fresh=True))  # the eager runner captures nothing
-    again = list(gpu_call.stream_events("tiny-random", "def f(x):", config, False))
+    again = list(gpu_call.stream_events("tiny-random", ids, config, False))
     assert again[-1] == ("capture", gpu_budget.CaptureReport(0.0, fresh=False))  # the process's second call: a reused worker
     # What crosses to and from a ZeroGPU worker is pickled.
-    assert pickle.loads(pickle.dumps(("tiny-random", "def f(x):", config, True)))[2] == config
+    assert pickle.loads(pickle.dumps(("tiny-random", ids, config, True)))[1:3] == (ids, config)
     assert pickle.loads(pickle.dumps(events)) == events
 
 
@@ -128,8 +129,8 @@ def page_values(page, **changes):
 
     values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5, page.adaptive: False,
               page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 1024, page.seed: 0, page.compare: True,
-              page.show_rejected: True, page.draft_variant: "bf16", page.plain_int4: False, page.cost_k: False,
-              page.stop: StopFlag(), page.target_kernel: "bf16", page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
+              page.show_rejected: True, page.draft_variant: "dense", page.plain_int4: False, page.cost_k: False,
+              page.stop: StopFlag(), page.target_kernel: "dense", page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
     return values | {getattr(page, k): v for k, v in changes.items()}
 
 

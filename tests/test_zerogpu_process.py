@@ -68,7 +68,7 @@ APP_PROCESS = textwrap.dedent("""
         import gradio as gr
         from app import gpu_call
         from app.page import build_page
-        from app.settings import read_live_settings
+        from app.settings import check_offered_here, read_live_settings
         from app.page import StopFlag
         from specdec.core.config import GenerationConfig
 
@@ -76,17 +76,17 @@ APP_PROCESS = textwrap.dedent("""
             page = build_page(store.default, pairs=store.offer.names)
         values = {page.prompt: "def f(x):", page.pair: "tiny-random", page.drafter: "model", page.k: 5,
                   page.adaptive: False, page.temperature: 0, page.top_p: 1, page.top_k: 0, page.max_new: 16,
-                  page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "bf16-v16k",
-                  page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(), page.target_kernel: "bf16",
+                  page.seed: 0, page.compare: True, page.show_rejected: True, page.draft_variant: "dense-v16k",
+                  page.plain_int4: False, page.cost_k: False, page.stop: StopFlag(), page.target_kernel: "dense",
                   page.runner: "eager", page.engine: "specdec", page.spec_url: "", page.plain_url: ""}
         settings = read_live_settings(page, values, store)
         with store.acquire("tiny-random") as held:
-            held.encode_prompt("def f(x):", chat=held.chat, max_new_tokens=16)
-        seconds = gpu_call.gpu_seconds("tiny-random", "def f(x):", settings.config, True)
+            ids = held.encode_prompt("def f(x):", chat=held.chat, max_new_tokens=16)
+        seconds = gpu_call.gpu_seconds("tiny-random", ids, settings.config, True)
         refused = []
-        for variant in ("int4", "bf16"):
+        for variant in ("int4", "dense"):
             try:
-                gpu_call.check_offered_here(GenerationConfig(draft_variant=variant), plain_int4=variant == "bf16")
+                check_offered_here(GenerationConfig(draft_variant=variant), plain_int4=variant == "dense")
             except ValueError as err:
                 refused.append(str(err))
         answers.update(seconds=seconds, refused=refused)
@@ -105,7 +105,7 @@ APP_PROCESS = textwrap.dedent("""
     print(json.dumps({
         "cuda_inits": cuda_inits, "initialized": torch.cuda.is_initialized(), "device": str(pair.device),
         "param_devices": sorted({str(p.device) for p in pair.target.parameters()}),
-        "handed_to_spaces": len(patching.cuda_aliases), "variants": sorted(pair.variants),
+        "handed_to_spaces": len(patching.cuda_aliases), "variants": sorted(pair.built.drafts),
         "offer": list(store.offer.names), "demo": type(app["demo"]).__name__, **answers,
     }))
 """)
@@ -123,7 +123,7 @@ def test_the_app_starts_under_spaces_patches_without_a_cuda_call(tmp_path):
     assert seen["cuda_inits"] == [] and not seen["initialized"], "\n".join(seen["cuda_inits"])
     assert seen["device"] == "cuda" and seen["param_devices"] == ["cuda:0"]  # placed on "cuda" as ZeroGPU asks
     assert seen["handed_to_spaces"] > 0  # ... and so held by `spaces` for its GPU workers
-    assert {"bf16-v16k", "bf16-v32k"} <= set(seen["variants"])  # what the GPU is offered, built at start-up
+    assert {"dense-v16k", "dense-v32k"} <= set(seen["variants"])  # what the GPU is offered, built at start-up
     assert "error" not in seen, seen.get("error")
     assert seen["offer"] == ["tiny-random"] and seen["demo"] == "Blocks"
     assert seen["seconds"] > 0
@@ -141,7 +141,8 @@ WORKER = textwrap.dedent("""
     from specdec.serving.pairs import Offer, PairStore
 
     pairs._shared = store = PairStore(Offer("tiny-random", ("tiny-random",)), device="cpu", dtype="fp32")
-    store.get("tiny-random")  # loaded on the torch thread, as the app does
+    pair = store.get("tiny-random")  # loaded on the torch thread, as the app does
+    ids = pair.encode_prompt("def f(x):", chat=pair.chat, max_new_tokens=12)  # as the request encodes it
     runs = [(GenerationConfig(max_new_tokens=12, k=3), True), (GenerationConfig(max_new_tokens=12, drafter="auto"), False)]
 
     def plain_item(lane, item):  # as JSON: a step's emitted ids, the decode step's seconds, the capture's seconds
@@ -150,11 +151,11 @@ WORKER = textwrap.dedent("""
         return item if lane == "decode_step" else list(item.emitted)
 
     def body(config, compare):  # the GPU function's own body (no `spaces` here: the decorator is a no-op)
-        lanes = gpu_call.stream_events("tiny-random", "def f(x):", config, compare)
+        lanes = gpu_call.stream_events("tiny-random", ids, config, compare)
         return [(lane, plain_item(lane, item)) for lane, item in lanes]
 
     def through_the_torch_thread(config, compare):  # as live_run iterates it in the app's process
-        stream = torch_thread.Stream(gpu_call.stream_events("tiny-random", "def f(x):", config, compare), threading.Event())
+        stream = torch_thread.Stream(gpu_call.stream_events("tiny-random", ids, config, compare), threading.Event())
         stream.join()
         items = []
         while not items or items[-1][0] not in ("done", "error"):
