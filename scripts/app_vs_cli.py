@@ -10,7 +10,7 @@ It prints every figure, the medians, and each mode over the CLI as a ratio; also
 the browser and the app server used meanwhile. Nothing else should run meanwhile: it keeps both
 cores of a 2-core machine busy.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/app_vs_cli.py [--repeats 3]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m scripts.app_vs_cli [--repeats 3]
 
 `--root DIR` runs the CLI and the app of another checkout (e.g. an export of an older commit),
 to measure before and after a change with the same script.

@@ -4,7 +4,7 @@ weights and no download, in one call: `scripts/gpu_check.sh` (the CUDA tests, th
 compiled runner is torch.compile instead of CUDA graphs and the CUDA-only calls are stand-ins
 (cuda.py), so every section's own code runs there too.
 
-Every model runs the attention of its device (`attention_path` in the record; specdec/core/runners/attention.py).
+Every model runs the attention of its device (`attention_path` in the record; specdec/kernels/attention.py).
 What it measures, one section after another (main.py), each under its own guard, the JSON record
 (--out, else $OUT/gpu_check.json when $OUT is set) written after each (record.py), then a table:
 - models: the 0.5B draft and the 1.5B and 7B targets, made on the device in the dtype;

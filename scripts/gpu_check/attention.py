@@ -1,4 +1,4 @@
-"""Attention alone: the device's path (specdec/core/runners/attention.py) against transformers' `sdpa`,
+"""Attention alone: the device's path (specdec/kernels/attention.py) against transformers' `sdpa`,
 on each model's heads, in the passes the static and compiled runners make: a boolean mask over the
 whole cache, one token (a draft pass) or a check of K + 1 rows, at cache sizes the compiled runner
 captures. transformers' `sdpa` copies each key/value head once per query head for a masked pass of
@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from specdec.core.runners.attention import PATHS
+from specdec.kernels.attention import PATHS
 
 from .models import shapes
 from .passes import CHECK_K

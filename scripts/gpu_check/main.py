@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from specdec.core.runners.attention import attention_for
+from specdec.kernels.attention import attention_for
 from specdec.models.dtypes import DTYPES
 
 from . import attention, parity, passes, runs

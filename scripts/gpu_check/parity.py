@@ -6,7 +6,7 @@ threshold is rounding in another order of sums, a larger one is a bug.
 Then the path ZeroGPU runs: the same pair built on the CPU and moved to the device as the app's
 start-up moves it there (specdec.serving.startup.place), every runner against the eager events
 of the pair made on the device. Each row names the attention the target ran
-(specdec/core/runners/attention.py: the device's, whichever way the pair got there)."""
+(specdec/kernels/attention.py: the device's, whichever way the pair got there)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,11 @@ Counted offline, once, from two sources, each normalised to a distribution and m
   lists CC BY-SA 4.0, Robyn Speer et al.), each word weighted by its frequency, English a quarter
   of the whole and the other 11 languages sharing a quarter.
 The file holds only token ids in an order derived from those counts (CC BY-SA 4.0, as the word
-lists). The same Python version and wordfreq version give the same file.
+lists). The same Python version and wordfreq version give the same file. Kept with the experiments:
+the shipped file was built with it at commit 6b0e848 (its imports moved since), and it is run again only to rebuild that file.
 
-Usage (needs `pip install wordfreq==3.1.1`, not a run-time dependency):
-    HF_HUB_OFFLINE=1 python scripts/build_draft_vocab.py [--tokenizer FOLDER] [--size 32768]
+Usage, from the repository root (needs `pip install wordfreq==3.1.1`, not a run-time dependency):
+    HF_HUB_OFFLINE=1 python -m experiments.build_draft_vocab [--tokenizer FOLDER] [--size 32768]
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ import sysconfig
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from specdec.models.vocab_subset import ASSETS, count_tokens, fingerprint, ranked_ids  # noqa: E402
+from specdec.models.vocab_subset import ASSETS, count_tokens, fingerprint, ranked_ids
 
 LANGUAGES = ("fr", "de", "es", "it", "pt", "nl", "ru", "pl", "zh", "ja", "sv")  # beside English
 WORDS_PER_LANGUAGE = 30000
