@@ -42,9 +42,12 @@ browser:
 engines: $(VENV)/.run-deps
 	$(PY) -m specdec engines build --if-possible
 
+# Each run appends its time by test module and its slowest tests to DURATIONS (tests/support/durations.py).
+DURATIONS := artifacts/test-durations.txt
 test: $(VENV)/.test-deps prepare browser engines
-	$(PY) -m pytest -m "not precision"
-	for dtype in fp32 bf16; do SPECDEC_DTYPE=$$dtype $(PY) -m pytest -m precision || exit 1; done
+	rm -f $(DURATIONS)
+	$(PY) -m pytest -m "not precision" --durations-file=$(DURATIONS)
+	for dtype in fp32 bf16; do SPECDEC_DTYPE=$$dtype $(PY) -m pytest -m precision --durations-file=$(DURATIONS) || exit 1; done
 
 bench: prepare
 	$(PY) -m specdec bench --prompts assets/bench_prompts.json

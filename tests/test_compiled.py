@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import run_checked
-from runner_checks import assert_same_events
+from tests.support.runs import run_checked
+from tests.support.runner_checks import assert_same_events
 from specdec.core.config import GenerationConfig
 from specdec.core.runners import capture
 from specdec.core.runners.capture import compiled_model

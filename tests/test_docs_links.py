@@ -7,34 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import HEADING, INLINE_CODE, prose_lines, slug
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_MOST_BYTES = 12 * 1024
 
-FENCE = re.compile(r"^\s*(```|~~~)")
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-INLINE_CODE = re.compile(r"`[^`]*`")
 # [text](target) and ![alt](target), an optional "title" after the target
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto: ...
-
-
-def prose_lines(path: Path):
-    """(line number, text) of every line outside fenced code blocks, the front matter included."""
-    inside = False
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if FENCE.match(line):
-            inside = not inside
-            continue
-        if not inside:
-            yield number, line
-
-
-def slug(heading: str) -> str:
-    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
-    text = INLINE_CODE.sub(lambda m: m.group(0).strip("`"), heading)
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link in a heading keeps its text
-    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
 
 
 def anchors(path: Path) -> set[str]:

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 
-from conftest import make_hub_cache
+from tests.support.runs import make_hub_cache
 from specdec.models import bundle, bundle_chunks, gguf_dense
 from specdec.core.config import GenerationConfig
 from specdec.models import presets

@@ -18,7 +18,7 @@ from scripts.gpu_check import models, preflight, runs, wheels
 from scripts.gpu_check.cuda import DryCuda
 from scripts.gpu_check.record import Record
 from specdec.core.runners import capture
-from specdec.kernels.batch_invariant import NAME as ROWS
+from specdec.kernels.attention import ROWS
 
 SECTIONS = ["models", "passes", "costs", "first_call_capture", "syncs", "loop_cost", "draft_graph_of_k",
             "forced_acceptance", "attention", "parity"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import tokens
+from tests.support.runs import tokens
 from specdec.engines.base import EngineError
 from specdec.measure.compare import first_difference
 from specdec.models.prompt import template_prompt
@@ -164,7 +164,7 @@ def test_greedy_speculative_text_equals_its_plain_text_up_to_a_near_tie(llamacpp
 
 def test_teacher_forcing_along_its_own_output_predicts_that_output(llamacpp):
     """Each forced request runs one new token through the same single-token path as decoding, so along
-    the server's own greedy output its top-1 is that output: what makes top1_agree_bf16 comparable."""
+    the server's own greedy output its top-1 is that output: what makes top1_agree_dense comparable."""
     own, predicted = llamacpp["forced"]
     assert len(own) == FORCED and predicted == own
 

@@ -134,7 +134,7 @@ def test_held_bytes_split_into_vocabulary_tokens_where_the_encoding_differs(tiny
 
 
 def test_a_tokenizer_without_a_vocabulary_leaves_the_ids_to_the_final_chunk():
-    from tests.test_engines_shared import Letters
+    from tests.support.llamacpp import Letters
 
     assert HeldTokens(Letters()).recover("xy", 3, 1) is None
 

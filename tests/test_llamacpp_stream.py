@@ -14,24 +14,9 @@ import pytest
 from specdec.engines.base import EngineError
 from specdec.engines.llamacpp import LlamaCppSource
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
-from tests.test_engines_shared import Letters
+from tests.support.llamacpp import Letters, chunks
 
 EOS = 99
-
-
-def chunks(steps: list[tuple[list[int], int, int]], stop_type: str = "limit") -> list[dict]:
-    """llama-server's stream for these steps: (ids, drafted, accepted) each, counters moved before a step's tokens."""
-    out, drafted, accepted, ids = [], 0, 0, []
-    for step_ids, d, a in steps:
-        drafted, accepted = drafted + d, accepted + a
-        timings = {"predicted_n": 0} | ({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {})
-        for token in step_ids:
-            ids.append(token)
-            out.append({"content": "x", "tokens": [token], "stop": False, "tokens_predicted": len(ids), "timings": dict(timings)})
-    out.insert(0, {"content": "", "tokens": [], "stop": False, "timings": {"predicted_n": 0}})  # the opening chunk
-    final = {"predicted_n": len(ids)} | ({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {})
-    out.append({"content": "", "tokens": ids, "stop": True, "stop_type": stop_type, "tokens_predicted": len(ids), "timings": final})
-    return out
 
 
 class Fake(BaseHTTPRequestHandler):
@@ -167,7 +152,7 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
         return Stub(spec if lane == llamacpp.SPECULATIVE else plain)
 
     monkeypatch.setattr(llamacpp, "start_server", start_server)
-    assert bench.expand_modes(["llamacpp_spec"], ["bf16"]) == ["plain", "llamacpp_plain", "llamacpp_spec"]
+    assert bench.expand_modes(["llamacpp_spec"], ["dense"]) == ["plain", "llamacpp_plain", "llamacpp_spec"]
     report = bench.bench(tiny_pair, [{"id": "p", "prompt": "def f(x):"}], modes=["llamacpp_spec"], k=3,
                          max_new_tokens=6, warmup_tokens=2, log=lambda line: None)
     by = {r["mode"]: r for r in report["results"]}
@@ -179,12 +164,12 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
     assert started[:2] == [("plain", 3), ("speculative", 3)] and started.count("stopped") == 2
     assert "speedup vs the engine's own plain" in bench.table(report)
 
-    # The plain server's faithfulness: asked one position at a time along our bf16 plain output.
+    # The plain server's faithfulness: asked one position at a time along our dense plain output.
     prompt = plain.handler.streamed_prompt
     reference = bench.run_ours(tiny_pair, prompt, mode_config("plain", 3, 6, "constant"))["ids"]
     assert plain.handler.forced_prompts == [prompt + reference[:i] for i in range(6)]
-    assert by["llamacpp_plain"]["top1_agree_bf16"] == pytest.approx(sum(a == b for a, b in zip(ids, reference)) / 6)
-    assert by["llamacpp_plain"]["departs_bf16_at"] == first_departure(ids, reference)
+    assert by["llamacpp_plain"]["top1_agree_dense"] == pytest.approx(sum(a == b for a, b in zip(ids, reference)) / 6)
+    assert by["llamacpp_plain"]["departs_dense_at"] == first_departure(ids, reference)
     assert spec.handler.forced_prompts == []  # a drafting lane's output is judged against plain, not forced
     spec.shutdown()
     plain.shutdown()

@@ -10,7 +10,7 @@ import pytest
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 from specdec.measure.positions import UNNAMED, by_drafter, position_acceptance
 
-from test_metrics import event  # tests/ has no __init__.py: pytest puts it on sys.path
+from tests.support.events import event
 
 
 def renumbered(steps):

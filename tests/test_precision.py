@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_checked, tokens
+from tests.support.runs import run_checked, tokens
 from specdec.measure.compare import TIE_MARGIN, first_difference
 from specdec.core.config import GenerationConfig
 from specdec.models.dtypes import DTYPES

@@ -18,12 +18,12 @@ log = logging.getLogger(__name__)
 
 def test_embedded_pair_speculative_equals_plain():
     from specdec.models.pair import load_pair
-    from specdec.bench.side_by_side import compare_runs
+    from specdec.engines.ours import OurSource
 
     pair = load_pair(DEFAULT_PAIR)
     assert pair.source == "embedded bundle"
     prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."
-    result = compare_runs(pair, prompt, GenerationConfig(k=5, max_new_tokens=24), with_plain=True)
+    result = OurSource(pair, GenerationConfig(k=5, max_new_tokens=24)).side_by_side(prompt, plain=True)
     check_invariants(result.spec_events)
     check_invariants(result.plain_events)
     log.warning("embedded pair: %s", result.summary_line())
@@ -38,11 +38,11 @@ def test_embedded_pair_with_the_int4_v32k_draft_equals_plain():
     """The cheapest draft variant changes acceptance, never the output (variant from its disk cache,
     or built once: about 20 s on 2 cores)."""
     from specdec.models.pair import load_pair
-    from specdec.bench.side_by_side import compare_runs
+    from specdec.engines.ours import OurSource
 
     pair = load_pair(DEFAULT_PAIR)
     prompt = "Write a Python function `is_prime(n)` that returns True when n is a prime number."
-    result = compare_runs(pair, prompt, GenerationConfig(k=5, max_new_tokens=24, draft_variant="int4-v32k"), with_plain=True)
+    result = OurSource(pair, GenerationConfig(k=5, max_new_tokens=24, draft_variant="int4-v32k")).side_by_side(prompt, plain=True)
     check_invariants(result.spec_events)
     log.warning("embedded pair, int4-v32k draft: %s", result.summary_line())
     if result.difference is not None:

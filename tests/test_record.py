@@ -15,7 +15,7 @@ import pytest
 
 from specdec.record import run_file as rec
 from specdec.core.config import GenerationConfig
-from tests.conftest import run_checked
+from tests.support.runs import run_checked
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = GenerationConfig(max_new_tokens=40, k=4, seed=3)
@@ -67,6 +67,19 @@ def test_older_records_load_with_the_k_policy_in_place_of_older_names(record):
         rec.from_json(json.dumps(data))
     shipped = rec.from_json((ROOT / "assets" / "runs" / "qwen2.5-coder-python-function.json").read_text(encoding="utf-8"))
     assert shipped.config.k_policy == "fixed" and all(e.predicted_tok_s is None for e in shipped.spec)
+
+
+def test_older_records_load_with_dense_in_place_of_bf16(record):
+    """The target kernel and draft variant once named `bf16` read as `dense`; the pair's dtype `bf16` stays a dtype."""
+    data = json.loads(rec.to_json(record))
+    data["settings"] = {**data["settings"], "target_kernel": "bf16", "draft_variant": "bf16-v32k"}
+    data["pair"] = {**data["pair"], "dtype": "bf16"}
+    back = rec.from_json(json.dumps(data))
+    assert (back.config.target_kernel, back.config.draft_variant, back.pair["dtype"]) == ("dense", "dense-v32k", "bf16")
+    assert GenerationConfig(target_kernel="bf16", draft_variant="bf16") == GenerationConfig()  # old callers too
+    data["settings"]["target_kernel"] = "bf17"
+    with pytest.raises(rec.RecordError, match="target_kernel must be one of dense, int8"):
+        rec.from_json(json.dumps(data))
 
 
 def test_a_run_without_plain_decoding_keeps_its_decode_step_and_so_its_c(record):

@@ -12,7 +12,7 @@ from specdec.core.events import check_invariants
 from specdec.engines import choice
 from specdec.engines.base import ENGINES, SPECDEC, Capabilities
 from specdec.engines.ours import OurSource
-from tests.conftest import run_checked, tokens
+from tests.support.runs import run_checked, tokens
 
 
 @pytest.mark.parametrize("engine", ENGINES)

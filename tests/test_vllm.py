@@ -212,7 +212,7 @@ def test_bench_runs_vllm_one_server_at_a_time_against_its_own_plain(tiny_pair, m
         return Stub(lane)
 
     monkeypatch.setattr(vllm, "start_server", start_server)
-    assert bench.expand_modes(["vllm_spec"], ["bf16"]) == ["plain", "vllm_plain", "vllm_spec"]
+    assert bench.expand_modes(["vllm_spec"], ["dense"]) == ["plain", "vllm_plain", "vllm_spec"]
     report = bench.bench(tiny_pair, [{"id": "p", "prompt": "def f(x):"}, {"id": "q", "prompt": "x = "}], modes=["vllm_spec"],
                          k=3, max_new_tokens=6, repeats=2, warmup_tokens=2, log=lambda line: None)
     by = {(r["prompt"], r["mode"]): r for r in report["results"]}

@@ -1,6 +1,7 @@
 """Drive the app from outside, as a visitor would: start app.py on a free loopback port, and call
 its /generate endpoint through gradio_client with the settings given by name. Used by the tests
-(`from app_client import ...`) and by scripts/reliability.py (`from tests.app_client import ...`)."""
+and by scripts/reliability.py and scripts/reliability_requests.py (`from tests.support.app_client
+import ...`, run from the repository root as `python -m scripts.x`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def free_port() -> int:
