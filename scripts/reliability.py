@@ -32,7 +32,7 @@ import psutil
 from scripts.reliability_requests import EXAMPLES, bad_input, call, cell, visitors
 from specdec.measure.lock import one_measurement
 from specdec.models import machine as machine_facts  # machine() here describes it in one line
-from tests.support.app_client import Visitor, start_app
+from app.client import Visitor, start_app
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ EMBEDDED = "qwen2.5-coder-1.5b/0.5b"
 
 DROPPER = textwrap.dedent("""
     import sys, time
-    from tests.support.app_client import Visitor
+    from app.client import Visitor
     visitor = Visitor(sys.argv[1])
     start = time.perf_counter()
     job = visitor.submit(prompt="def f(x):", pair=sys.argv[2], max_new_tokens=int(sys.argv[3]), compare=True)
@@ -62,7 +62,7 @@ def dropped_client(url: str, pair: str, max_new_tokens: int, report: list[str], 
     after, intervals, dropped_at = [], [], []
     for _ in range(tries):
         client = subprocess.Popen([sys.executable, "-c", DROPPER, url, pair, str(max_new_tokens)],
-                                  stdout=subprocess.PIPE, text=True, cwd=ROOT)  # run from the checkout: tests.support.app_client
+                                  stdout=subprocess.PIPE, text=True, cwd=ROOT)  # run from the checkout: app.client
         frames = []
         for line in client.stdout:
             if line.startswith("frame"):

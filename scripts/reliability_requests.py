@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.app_client import Visitor
+from app.client import Visitor
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())]

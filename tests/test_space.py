@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.app_client import ROOT, Visitor, start_app
+from app.client import ROOT, Visitor, start_app
 
 PAIRS = "tiny-random,smollm2-1.7b/135m,qwen2.5-coder-7b/0.5b"  # SmolLM2 is offered but cannot load offline
 DROPPED = "Started."
@@ -96,7 +96,7 @@ def test_visitors_at_once_each_see_their_own_output(app_url, visitor):
 
 CLIENT = textwrap.dedent("""
     import sys
-    from tests.support.app_client import Visitor
+    from app.client import Visitor
     job = Visitor(sys.argv[1]).submit(prompt="def f(x):", max_new_tokens=1024, compare=True)
     for i, _ in enumerate(job):
         if i == 2:
@@ -119,7 +119,7 @@ def test_a_dropped_client_frees_the_worker_at_once(app_url, visitor):
     whole = time.perf_counter()
     visitor.run(prompt="def f(x):", max_new_tokens=128, compare=True)
     long_run_s = (time.perf_counter() - whole) * 1024 / 128  # the dropped run would take about this long
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, app_url], stdout=subprocess.PIPE, text=True, cwd=ROOT)  # tests.support.app_client from the checkout
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, app_url], stdout=subprocess.PIPE, text=True, cwd=ROOT)  # app.client from the checkout
     assert client.stdout.readline().strip() == DROPPED
     client.kill()  # the connection drops without a word, as when a laptop lid closes
     client.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.app_client import free_port
+from app.client import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]  # the repository

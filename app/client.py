@@ -1,7 +1,8 @@
-"""Drive the app from outside, as a visitor would: start app.py on a free loopback port, and call
-its /generate endpoint through gradio_client with the settings given by name. Used by the tests
-and by scripts/reliability.py and scripts/reliability_requests.py (`from tests.support.app_client
-import ...`, run from the repository root as `python -m scripts.x`)."""
+"""The page's API from outside, as a visitor would call it: start app.py on a free loopback port, and
+call its /generate endpoint through gradio_client with the settings given by name. Nothing of the
+page is imported: what this reaches is what a Space's API client reaches. Used by the tests and by
+scripts/reliability.py and scripts/reliability_requests.py (run from the repository root as
+`python -m scripts.x`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 def free_port() -> int:
