@@ -24,17 +24,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(env: dict, timeout_s: float = 180):
-    """Start app.py on a free loopback port with `env` added; (process, url) once the page answers.
-    The app's output goes to a temporary file (a pipe nobody reads would fill and stall it).
-    Retries on another port if the free one was taken before the app bound it."""
+def start_app(env: dict, timeout_s: float = 180, root: Path = ROOT):
+    """Start `root`'s app.py (this checkout's, or another one's to compare with) on a free loopback
+    port with `env` added; (process, url) once the page answers. The app's output goes to a
+    temporary file (a pipe nobody reads would fill and stall it). Retries on another port if the
+    free one was taken before the app bound it."""
     output = ""
     for _ in range(3):
         port = free_port()
         full = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1", HF_HUB_OFFLINE="1",
                     GRADIO_ANALYTICS_ENABLED="False", **env)
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=full, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=full, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}/"
         deadline = time.time() + timeout_s
         while time.time() < deadline:

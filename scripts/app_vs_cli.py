@@ -24,16 +24,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
+
+from app import client
 
 ROOT = Path(__file__).resolve().parent.parent  # replaced by --root
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -48,29 +48,9 @@ def cli_run(args, prompt: str) -> dict:
             "c": result["metrics"]["cost_ratio_c"], "tokens": len(result["tokens"])}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_app(pair: str, preload: bool = True) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(os.environ, SPECDEC_PAIR=pair, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
-               HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECDEC_PRELOAD="1" if preload else "0")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit("the app exited before it answered")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    sys.exit("the app did not answer within 600 s")
+    """The app of the checkout measured (ROOT), on the pair, loading it at start or not."""
+    return client.start_app({"SPECDEC_PAIR": pair, "SPECDEC_PRELOAD": "1" if preload else "0"}, timeout_s=600, root=ROOT)
 
 
 def cpu_seconds(procs: list[psutil.Process]) -> float:
