@@ -124,16 +124,6 @@ def test_zero_rows_give_the_bias_and_other_float_dtypes_are_computed_from_fp32()
     assert torch.equal(module(x.half()), module(x.half().float()).half())
 
 
-def test_the_path_variable_is_checked(monkeypatch):
-    from specdec.kernels.w4a8 import path_from_env
-
-    monkeypatch.setenv("SPECDEC_W4A8_PATH", "avx2")
-    assert path_from_env() == 1
-    monkeypatch.setenv("SPECDEC_W4A8_PATH", "sse")
-    with pytest.raises(ValueError, match="SPECDEC_W4A8_PATH must be one of auto, avx2, avx512, got 'sse'"):
-        path_from_env()
-
-
 def test_a_compiled_call_traces_the_op_by_its_shape_and_gives_its_bits():
     lin, _, _ = layer(70, 37, bias=True)
     compiled = torch.compile(lambda x: lin(x), fullgraph=True, dynamic=False)

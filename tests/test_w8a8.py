@@ -142,13 +142,16 @@ def test_one_openmp_runtime_in_the_process():
     assert len(gomp) == 1, gomp
 
 
-def test_the_path_variable_is_checked(monkeypatch):
-    from specdec.kernels.w8a8 import path_from_env
+@pytest.mark.parametrize("kernel", ["w8a8", "w4a8"])
+def test_the_path_variable_is_checked(monkeypatch, kernel):
+    """Each kernel of the library reads its own variable: SPECDEC_W8A8_PATH, SPECDEC_W4A8_PATH."""
+    import importlib
 
-    monkeypatch.setenv("SPECDEC_W8A8_PATH", "avx2")
+    path_from_env, env = importlib.import_module(f"specdec.kernels.{kernel}").path_from_env, f"SPECDEC_{kernel.upper()}_PATH"
+    monkeypatch.setenv(env, "avx2")
     assert path_from_env() == 1
-    monkeypatch.setenv("SPECDEC_W8A8_PATH", "sse")
-    with pytest.raises(ValueError, match="SPECDEC_W8A8_PATH must be one of auto, avx2, avx512, got 'sse'"):
+    monkeypatch.setenv(env, "sse")
+    with pytest.raises(ValueError, match=f"{env} must be one of auto, avx2, avx512, got 'sse'"):
         path_from_env()
 
 

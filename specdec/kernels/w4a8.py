@@ -36,8 +36,6 @@ for every linear layer and the head, as the q4k kernel does.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,16 +47,13 @@ SUPER = q4k.SUPER  # 256 columns per super-block
 SUB = q4k.SUB  # 32 columns per sub-block
 HALF = 128  # columns per activation block: half a super-block (w8a8.BLOCK)
 RECORD = SUPER * TILE // 2 + 2 * 8 * TILE + 2 * 2 * TILE  # 4736 bytes: codes, sc and m, d and dmin (fp16)
-PATHS = {"auto": 0, "avx2": 1, "avx512": 2}  # the kernel's instruction-set paths (auto: the best this CPU has)
+PATHS = w8a8_build.PATHS  # the kernel's instruction-set paths (auto: the best this CPU has)
 PATH_ENV = "SPECDEC_W4A8_PATH"  # environment variable forcing a path, e.g. avx2 to run the AVX2 code on an AVX-512 CPU
 
 
 def path_from_env() -> int:
     """The path $SPECDEC_W4A8_PATH asks for (auto when unset); ValueError naming it when unknown."""
-    name = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
-    if name not in PATHS:
-        raise ValueError(f"{PATH_ENV} must be one of {', '.join(PATHS)}, got {name!r}")
-    return PATHS[name]
+    return w8a8_build.path_from(PATH_ENV)
 
 
 def pack(q: torch.Tensor, sc: torch.Tensor, m: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,6 @@ specdec/kernels/w8a8_build.py). `reference` is the same arithmetic in plain torc
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,16 +32,13 @@ from specdec.kernels.quant import QuantWeight
 TILE = 32  # output channels per tile of the packed layout
 GROUP = 4  # input columns per group (the bytes one int32 lane of vpdpbusd sums)
 BLOCK = 128  # input columns per activation scale (the kernel's kBlock)
-PATHS = {"auto": 0, "avx2": 1, "avx512": 2}  # the kernel's instruction-set paths (auto: the best this CPU has)
+PATHS = w8a8_build.PATHS  # the kernel's instruction-set paths (auto: the best this CPU has)
 PATH_ENV = "SPECDEC_W8A8_PATH"  # environment variable forcing a path, e.g. avx2 to run the AVX2 code on an AVX-512 CPU
 
 
 def path_from_env() -> int:
     """The path $SPECDEC_W8A8_PATH asks for (auto when unset); ValueError naming it when unknown."""
-    name = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
-    if name not in PATHS:
-        raise ValueError(f"{PATH_ENV} must be one of {', '.join(PATHS)}, got {name!r}")
-    return PATHS[name]
+    return w8a8_build.path_from(PATH_ENV)
 
 
 def pack(q: torch.Tensor) -> torch.Tensor:

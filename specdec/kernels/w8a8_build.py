@@ -1,5 +1,6 @@
 """The W8A8 kernel's library (specdec/kernels/csrc/: w8a8.cpp; w4a8.cpp, the W4A8 kernel, which shares
-its activation quantization, activation_blocks.h; and attention_rows.cpp, the batch-invariant attention
+its activation quantization, activation_blocks.h, and its entry's path choice and checks, kernel_entry.h;
+and attention_rows.cpp, the batch-invariant attention
 of a w8a8 or w4a8 target): built once with the system's C++ compiler against torch's own headers and
 libraries, cached, loaded as the torch ops `torch.ops.specdec.w8a8_linear`, `torch.ops.specdec.w8a8_paths`,
 `torch.ops.specdec.w4a8_linear`, `torch.ops.specdec.w4a8_paths` and `torch.ops.specdec.attention_rows`; and
@@ -35,15 +36,25 @@ from specdec.models.bundle import cache_root
 
 _CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = tuple(_CSRC / name for name in ("w8a8.cpp", "w4a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
-HEADERS = (_CSRC / "activation_blocks.h",)  # included by the sources: part of the key, not of the command
+HEADERS = (_CSRC / "activation_blocks.h", _CSRC / "kernel_entry.h")  # included by the sources: part of the key, not of the command
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")
 COMPILER_ENV = "CXX"  # environment variable naming the compiler; else g++, then c++
 NAME = "the w8a8 target kernel"
+PATHS = {"auto": 0, "avx2": 1, "avx512": 2}  # the kernels' instruction-set paths (auto: the best this CPU has; csrc/kernel_entry.h)
 
 _lock = threading.Lock()
 _loaded: list[Path] = []  # the library loaded into this process (at most one)
+
+
+def path_from(env: str) -> int:
+    """The path the environment variable `env` asks a kernel of this library to run (auto when unset);
+    ValueError naming the variable when it names no path."""
+    name = os.environ.get(env, "auto").strip().lower() or "auto"
+    if name not in PATHS:
+        raise ValueError(f"{env} must be one of {', '.join(PATHS)}, got {name!r}")
+    return PATHS[name]
 
 
 def compiler() -> str | None:

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "activation_blocks.h"
+#include "kernel_entry.h"
 
 namespace {
 
@@ -68,12 +69,7 @@ constexpr int kRowsAvx2 = 4;
 // ran a little slower with it, so it has none.
 constexpr int64_t kAhead = 4096;
 
-enum Path : int64_t { kAuto = 0, kAvx2 = 1, kAvx512 = 2 };
-
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
-bool has_avx512_vnni() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-}
 
 inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
@@ -242,14 +238,6 @@ void block_avx2(int rows, const Rows& a, const uint8_t* rec, int64_t supers, flo
 
 // ---- the operator --------------------------------------------------------------------------------
 
-int64_t resolve_path(int64_t path) {
-  if (path == kAuto) path = has_avx512_vnni() ? kAvx512 : kAvx2;
-  TORCH_CHECK(path == kAvx2 || path == kAvx512, "w4a8_linear: path must be 0 (auto), 1 (avx2) or 2 (avx512), got ", path);
-  TORCH_CHECK(has_avx2(), "w4a8_linear: this CPU has no AVX2 (with FMA and F16C)");
-  TORCH_CHECK(path != kAvx512 || has_avx512_vnni(), "w4a8_linear: this CPU has no AVX-512 VNNI");
-  return path;
-}
-
 template <typename T>
 void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packed, int64_t tiles, int64_t supers,
          const float* bias, int64_t path) {
@@ -308,17 +296,11 @@ at::Tensor w4a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const s
   TORCH_CHECK(K > (supers - 1) * kSuper && K <= supers * kSuper, "w4a8_linear: x has ", K, " columns, the weight ", supers * kSuper,
               " (padded)");
   TORCH_CHECK(N > (tiles - 1) * kTile && N <= tiles * kTile, "w4a8_linear: N = ", N, " does not match ", tiles, " tiles");
-  const float* b = nullptr;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "w4a8_linear: bias must be (N,) float32");
-    b = bias->data_ptr<float>();
-  }
-  path = resolve_path(path);
+  const float* b = checked_bias(bias, N, "w4a8_linear");
+  path = resolve_path(path, "w4a8_linear", has_avx2(), "AVX2 (with FMA and F16C)");
   const at::Tensor x = x_in.contiguous();
   const int64_t M = K > 0 ? x.numel() / K : 0;
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = N;
-  at::Tensor y = at::empty(shape, x.options());
+  at::Tensor y = output_for(x, N);
   if (M == 0) return y;
   if (x.scalar_type() == at::kFloat) {
     run(x.data_ptr<float>(), y.data_ptr<float>(), M, K, N, packed.data_ptr<uint8_t>(), tiles, supers, b, path);
@@ -329,7 +311,7 @@ at::Tensor w4a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const s
 }
 
 // Which paths this CPU can run: bit 0 AVX2, bit 1 AVX-512 VNNI.
-int64_t w4a8_paths() { return (has_avx2() ? 1 : 0) | (has_avx2() && has_avx512_vnni() ? 2 : 0); }
+int64_t w4a8_paths() { return path_bits(has_avx2()); }
 
 }  // namespace
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "activation_blocks.h"
+#include "kernel_entry.h"
 
 namespace {
 
@@ -51,12 +52,7 @@ constexpr int64_t kGroupsPerBlock = kBlock / kGroup;
 constexpr int kRowsAvx512 = 8;  // rows per register block: 8 rows x 2 vectors = 16 zmm accumulators
 constexpr int kRowsAvx2 = 4;    // 4 rows x 2 vectors = 8 ymm accumulators (AVX2 has 16 registers)
 
-enum Path : int64_t { kAuto = 0, kAvx2 = 1, kAvx512 = 2 };
-
 bool has_avx2() { return __builtin_cpu_supports("avx2"); }
-bool has_avx512_vnni() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-}
 
 // ---- the products: one tile (32 output channels) by R rows ----------------------------------------
 
@@ -176,14 +172,6 @@ void epilogue(const float* part, int rows, int64_t n0, int64_t cols, const float
 
 // ---- the operator --------------------------------------------------------------------------------
 
-int64_t resolve_path(int64_t path) {
-  if (path == kAuto) path = has_avx512_vnni() ? kAvx512 : kAvx2;
-  TORCH_CHECK(path == kAvx2 || path == kAvx512, "w8a8_linear: path must be 0 (auto), 1 (avx2) or 2 (avx512), got ", path);
-  TORCH_CHECK(has_avx2(), "w8a8_linear: this CPU has no AVX2");
-  TORCH_CHECK(path != kAvx512 || has_avx512_vnni(), "w8a8_linear: this CPU has no AVX-512 VNNI");
-  return path;
-}
-
 template <typename T>
 void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const int8_t* packed, int64_t tiles, int64_t groups,
          const float* sw, const float* bias, int64_t path) {
@@ -227,17 +215,11 @@ at::Tensor w8a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const a
   TORCH_CHECK(K > (groups - 1) * kGroup && K <= groups * kGroup, "w8a8_linear: x has ", K, " columns, the weight ", groups * kGroup, " (padded)");
   TORCH_CHECK(N > (tiles - 1) * kTile && N <= tiles * kTile, "w8a8_linear: N = ", N, " does not match ", tiles, " tiles");
   TORCH_CHECK(w_scale.scalar_type() == at::kFloat && w_scale.numel() == N && w_scale.is_contiguous(), "w8a8_linear: w_scale must be (N,) float32");
-  const float* b = nullptr;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "w8a8_linear: bias must be (N,) float32");
-    b = bias->data_ptr<float>();
-  }
-  path = resolve_path(path);
+  const float* b = checked_bias(bias, N, "w8a8_linear");
+  path = resolve_path(path, "w8a8_linear", has_avx2(), "AVX2");
   const at::Tensor x = x_in.contiguous();
   const int64_t M = K > 0 ? x.numel() / K : 0;
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = N;
-  at::Tensor y = at::empty(shape, x.options());
+  at::Tensor y = output_for(x, N);
   if (M == 0) return y;
   if (x.scalar_type() == at::kFloat) {
     run(x.data_ptr<float>(), y.data_ptr<float>(), M, K, N, packed.data_ptr<int8_t>(), tiles, groups, w_scale.data_ptr<float>(), b, path);
@@ -249,7 +231,7 @@ at::Tensor w8a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const a
 }
 
 // Which paths this CPU can run: bit 0 AVX2, bit 1 AVX-512 VNNI.
-int64_t w8a8_paths() { return (has_avx2() ? 1 : 0) | (has_avx2() && has_avx512_vnni() ? 2 : 0); }
+int64_t w8a8_paths() { return path_bits(has_avx2()); }
 
 }  // namespace
 
