@@ -14,8 +14,10 @@ from specdec.engines import choice
 from specdec.serving.defaults_here import read_choice, start_defaults
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
-HEAD_CHOICE = ("head: a layer trained on the target's own hidden states", "head")  # offered where a verified head file is
-SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter", "head": "trained head"}
+HEAD_CHOICES = [("head: a layer trained on the target's own hidden states", "head"),
+                ("auto: lookup, else trained head", "auto_head")]  # offered where a verified head file is
+SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter", "head": "trained head",
+                  "auto_head": "auto drafter (head)"}
 
 
 def drafter_choices(pair_name: str) -> tuple[list[tuple[str, str]], str]:
@@ -26,7 +28,7 @@ def drafter_choices(pair_name: str) -> tuple[list[tuple[str, str]], str]:
 
     why = head_note(pair_name)
     if not why:
-        return [*DRAFTERS, HEAD_CHOICE], f"head: one layer that reads the target's final hidden states ({pair_name}'s head file, verified)."
+        return [*DRAFTERS, *HEAD_CHOICES], f"head: one layer that reads the target's final hidden states ({pair_name}'s head file, verified)."
     return list(DRAFTERS), f"The trained head is not offered: {why}"
 
 

@@ -108,9 +108,11 @@ def test_eos_inside_accepted_drafts(tiny_pair, plain, runner):
 
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
-def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, monkeypatch, runner):
-    """Every real pair handed to the head (at start and after each step) is (f_t, token t+1) with f_t
-    the target's final hidden state at t recomputed from scratch over the whole sequence."""
+@pytest.mark.parametrize("drafter", ["head", "auto_head"])
+def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, monkeypatch, runner, drafter):
+    """Every real pair handed to the head (at start and after each step, prompt lookup's steps too)
+    is (f_t, token t+1) with f_t the target's final hidden state at t recomputed from scratch over
+    the whole sequence."""
     from specdec.core.head import HeadRun
 
     handed = []  # (first position, features (m, H), token ids (m,)) of every extend with real features
@@ -122,7 +124,7 @@ def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, mo
 
     monkeypatch.setattr(HeadRun, "extend", recording)
     monkeypatch.setattr(HeadRun, "step", lambda self, feature, token: extend(self, feature, token))  # the head's own: not recorded
-    events = run_checked(tiny_pair, PROMPT, head_config(k=3, runner=runner, max_new_tokens=24))
+    events = run_checked(tiny_pair, PROMPT, head_config(k=3, runner=runner, max_new_tokens=24, drafter=drafter))
     seq = tiny_pair.tokenizer(PROMPT)["input_ids"] + tokens(events)
     with torch.no_grad():
         truth = tiny_pair.target.model(input_ids=torch.tensor(seq)[None]).last_hidden_state[0]  # (T, H)
@@ -134,6 +136,23 @@ def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, mo
         torch.testing.assert_close(features, truth[start : start + m], atol=1e-4, rtol=1e-4)
         covered.extend(range(start, start + m))
     assert covered == list(range(len(seq) - 1))  # every position but the last, once, in order
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_auto_head_drafts_with_lookup_where_it_matches_and_the_head_elsewhere(tiny_pair, plain, runner, k):
+    """best_head's drafter: prompt lookup on a match of 2 tokens or more (the prompt repeats a line),
+    the head at every other step; the output is plain decoding's."""
+    from specdec.core.proposers.lookup import LookupProposer
+
+    events = run_checked(tiny_pair, PROMPT, head_config(drafter="auto_head", k=k, runner=runner))
+    assert tokens(events) == plain
+    lookup, seq = LookupProposer(GenerationConfig().lookup_ngram, 2), tiny_pair.tokenizer(PROMPT)["input_ids"]
+    for e in events:
+        if e.drafted:
+            assert e.drafter == ("lookup" if lookup.has_draft(seq) else "head"), (e.step, e.drafter)
+        seq = seq + list(e.emitted)
+    assert {e.drafter for e in events if e.drafted} == {"lookup", "head"}
 
 
 # --- sampling: the engine's chi-square test (tests/test_engine_sampling.py) with the head drafting ---

@@ -99,3 +99,38 @@ def test_the_head_runs_on_the_w8a8_kernel(stored, tiny_pair):
     a = HeadRun(dense, embed, lm).extend(feats[:4], ids[1:])
     b = HeadRun(w8a8, embed, lm).extend(feats[:4], ids[1:])
     assert torch.allclose(a, b, atol=0.1 * a.abs().max())
+
+
+def test_a_counted_vocabulary_is_kept_in_the_file_and_the_head_drafts_from_it(tiny_pair, tmp_path):
+    from specdec.kernels.head_offer import drafting_ids, subset_lm_head
+
+    head = new_head(tiny_pair.target, Recipe(intermediate=32), seed=0)
+    key, config = target_key(tiny_pair), tiny_pair.target.config
+    path = save_head(tmp_path / "v.safetensors", head, key, {"intermediate": 32}, {}, ids=torch.tensor([7, 1, 5, 3]))
+    found = read_head(path, key, config)
+    assert found.ids.tolist() == [1, 3, 5, 7] and found.record["recipe"]["vocab_ids"] == 4
+    ids = drafting_ids(tiny_pair, found)
+    run = head_run(tiny_pair, head_weights(tiny_pair, found), subset_lm_head(tiny_pair, ids))
+    feats = tiny_pair.target.model(input_ids=torch.tensor([[3, 9, 27]])).last_hidden_state[0].detach()
+    logits = run.logits(run.extend(feats[:2], torch.tensor([9, 27])))
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [1, 3, 5, 7]
+    other = subset_lm_head(tiny_pair, torch.tensor([0, 2, 4, 6]))  # same size, other rows: not the cached ones
+    assert torch.isfinite(other(feats[:1])[0]).nonzero().flatten().tolist() == [0, 2, 4, 6]
+
+
+@pytest.mark.parametrize("ids, says", [
+    (torch.tensor([1, 3, 5]), "3 ids, and its record says 4"),
+    (torch.tensor([3, 1, 5, 7]), "not sorted and distinct"),
+    (torch.tensor([1, 3, 3, 7]), "not sorted and distinct"),
+    (torch.tensor([1, 3, 5, 10**6]), "outside the target's vocabulary"),
+    (torch.tensor([[1, 3], [5, 7]]), "not a row of token ids"),
+])
+def test_a_file_whose_vocabulary_does_not_match_its_record_is_refused(tiny_pair, tmp_path, ids, says):
+    from specdec.kernels.head_store import head_tensors, write_head
+
+    head = new_head(tiny_pair.target, Recipe(intermediate=32), seed=0)
+    key = target_key(tiny_pair)
+    path = write_head(tmp_path / "bad.safetensors", {**head_tensors(head), "vocab_ids": ids}, key, head.shape.as_dict(),
+                      {"intermediate": 32, "vocab_ids": 4}, {})  # a whole file with a true digest: only the vocabulary is wrong
+    with pytest.raises(HeadFileError, match=f"vocabulary that does not match its record: .*{says}"):
+        read_head(path, key, tiny_pair.target.config)

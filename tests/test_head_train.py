@@ -39,6 +39,14 @@ def test_a_tiny_head_trains_and_its_validation_loss_falls(tiny_pair, text_root, 
     assert len(figures["acceptance_by_position"]) == TINY.eval_depth and figures["val_answer_drafts"] > 0
     stored = read_head(tmp_path / "head.safetensors")
     assert stored.record["recipe"]["steps"] == 24 and stored.record["figures"]["train_tokens"] > 0
+    # the vocabulary is counted from the training data (never the held-out) and kept in the file
+    from specdec.train.data import load_split
+    from specdec.train.vocabulary import training_vocabulary
+
+    counted = training_vocabulary(tiny_pair, load_split(tmp_path / "work", "train"), TINY.vocab)
+    assert stored.ids is not None and torch.equal(stored.ids, counted)
+    walk = figures["walk"]
+    assert walk["steps"] > 0 and walk["k"] == TINY.eval_depth and 1 <= len(walk["rates"]) <= walk["k"] and "walk" in figures["read_text"]
 
 
 def test_training_resumes_after_an_interruption_and_a_seed_reproduces_it(tiny_pair, text_root, tmp_path, monkeypatch):
@@ -104,3 +112,44 @@ def test_the_command_refuses_bad_settings_in_one_line(capsys):
     assert "--minutes must be positive" in capsys.readouterr().err
     assert main(["head", "train", "--pair", "tiny-random", "--intermediate", "0"]) == 2
     assert "--intermediate and --depth must be >= 1" in capsys.readouterr().err
+
+
+def test_the_vocabulary_is_the_targets_most_frequent_greedy_tokens_then_the_list(tiny_pair):
+    from specdec.kernels.head_offer import head_ids
+    from specdec.train.data import Sequence
+    from specdec.train.vocabulary import coverage, target_counts, training_vocabulary, written_tokens
+
+    greedy = torch.tensor([90, 90, 90, 41, 41, 23])
+    top = torch.stack([greedy, torch.full_like(greedy, 5)], dim=1)  # (6, 2): column 0 is the target's greedy token
+    answer = Sequence(torch.tensor([1, 2, 90, 90, 41, 23]), torch.zeros(6, 4), top, torch.zeros(6, 2), answer_from=2)
+    assert target_counts([answer]) == {90: 3, 41: 2, 23: 1}
+    special = set(tiny_pair.eos_ids) | set(getattr(tiny_pair.tokenizer, "all_special_ids", []))
+    size = len(special) + 2
+    ids = training_vocabulary(tiny_pair, [answer], size).tolist()
+    assert set(ids) == special | {90, 41}  # the special tokens always, then the two most frequent
+    assert ids != head_ids(tiny_pair, size).tolist()  # not the shipped list's choice
+    assert written_tokens([answer]).tolist() == [90, 90, 41, 23]  # the answer's own tokens, after its prompt
+    assert coverage(torch.tensor(ids), written_tokens([answer])) == pytest.approx(3 / 4)
+
+
+def test_the_walk_counts_as_the_bench_counts_on_hand_made_events():
+    """Seven starts, K = 3: the walk drafts from start 0, keeps the leading matches, and starts again
+    after them and the target's token; its steps counted equal the bench's count of the same steps."""
+    from types import SimpleNamespace
+
+    from specdec.measure.positions import position_acceptance, steps_counted
+    from specdec.train.evaluate import walk
+
+    agree = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 1], [1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 0]], dtype=torch.bool)
+    followed = torch.ones_like(agree)
+    available = torch.tensor([[1, 1, 1]] * 5 + [[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    steps = walk(agree, followed, available, k=3)
+    # start 0 keeps 2 (next 3); start 3 keeps 1 (next 5); start 5 misses at once, 2 positions left (next 6); start 6 keeps its one
+    assert steps == [(3, 2), (2, 1), (1, 0), (1, 1)]
+    events = [SimpleNamespace(n_drafted=3, accepted=2), SimpleNamespace(n_drafted=0, accepted=0),
+              SimpleNamespace(n_drafted=2, accepted=1), SimpleNamespace(n_drafted=1, accepted=0), SimpleNamespace(n_drafted=1, accepted=1)]
+    assert steps_counted(steps) == position_acceptance(events)
+    assert position_acceptance(events).rates == (3 / 4, 1 / 2, 0.0)
+    # the text leaves the target's greedy output after position 1 of start 0: position 2 is not judged there
+    cut = walk(agree, torch.tensor([[1, 0, 1]] + [[1, 1, 1]] * 6, dtype=torch.bool), available, k=3)
+    assert cut[0] == (2, 2)  # positions 1 and 2 judged and kept; position 3 followed other text

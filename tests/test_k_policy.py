@@ -257,3 +257,24 @@ def test_the_recorded_acceptance_file_falls_back_when_it_cannot_be_read(tmp_path
     assert priors(path=broken) == {"model": FALLBACK, "head": FALLBACK, "lookup": FALLBACK}
     assert recorded("model", "code").kind == "code" and recorded("model", "no-such-kind").kind == "general"
     assert sum(alpha_from_share(0.38, 3) ** i for i in (1, 2, 3)) / 3 == pytest.approx(0.38)
+
+
+def test_the_head_estimate_starts_from_the_head_files_own_figure():
+    from specdec.core.recorded_acceptance import priors
+
+    policy = make_policy(GenerationConfig(drafter="auto_head", k_policy="cost", k_max=8), FLAT, head_prior=0.61)
+    assert policy.estimates["head"].alpha == pytest.approx(0.61)
+    assert policy.estimates["model"].alpha == pytest.approx(priors()["model"])  # the others keep the recorded figures
+    recorded = make_policy(GenerationConfig(drafter="head", k_policy="cost", k_max=8), FLAT)
+    assert recorded.estimates["head"].alpha == pytest.approx(priors()["head"])
+
+
+def test_the_head_files_prior_is_its_lower_held_out_figure_at_position_1_as_a_run_drafts_where_recorded():
+    from specdec.kernels.head_offer import validation_prior
+
+    every_start = {"acceptance_by_position": [0.44, 0.5], "read_text": {"acceptance": [0.33, 0.4]}}
+    assert validation_prior({"figures": every_start}) == pytest.approx(0.33)
+    walked = {**every_start, "walk": {"rates": [0.52]}, "read_text": {**every_start["read_text"], "walk": {"rates": [0.47]}}}
+    assert validation_prior({"figures": walked}) == pytest.approx(0.47)
+    assert validation_prior({"figures": {"acceptance_by_position": [float("nan")]}}) is None
+    assert validation_prior({}) is None

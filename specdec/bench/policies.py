@@ -60,9 +60,10 @@ def best_config(base: GenerationConfig) -> GenerationConfig:
 
 
 def best_head_config(base: GenerationConfig) -> GenerationConfig:
-    """The head with K from the cost table (the head's own measured step as its draft cost: the
-    table's head_s, specdec.measure.cost_table), within 0..8: best's K policy with the head drafting every step."""
-    return replace(base, drafter="head", k_policy="cost", k_max=8, draft_variant=DENSE)
+    """best with the head in the draft model's place: prompt lookup on matches of 2 tokens or more,
+    the head otherwise (`auto_head`), K from the cost table (the head's own measured step as its
+    draft cost: the table's head_s, specdec.measure.cost_table) within 0..8."""
+    return replace(base, drafter="auto_head", k_policy="cost", k_max=8, draft_variant=DENSE)
 
 
 def page_config(base: GenerationConfig, start: MachineDefaults) -> GenerationConfig:

@@ -68,10 +68,10 @@ def predict(pair, prompts: list[dict], config: GenerationConfig) -> list[PromptP
 def policy_c(drafter: str, costs) -> float | None:
     """The c the cost K policy prices for `drafter` from a cost table: prompt lookup 0 (no draft
     pass), the head its step (head_s), the draft model its pass; None where the table has none
-    (auto mixes lookup and the model, so its c is the model's, the dearer of the two)."""
+    (auto mixes lookup and the model, so its c is the model's, the dearer of the two; auto_head the head's)."""
     if drafter == "lookup":
         return 0.0
-    seconds = None if costs is None else (costs.head_s if drafter == "head" else costs.draft_s)
+    seconds = None if costs is None else (costs.head_s if drafter in ("head", "auto_head") else costs.draft_s)
     return None if seconds is None else seconds / costs.decode_step_s
 
 

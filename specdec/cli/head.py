@@ -1,4 +1,4 @@
-"""`python -m specdec head train|eval`: the draft head trained on the target's own features, and its figures."""
+"""`python -m specdec head train|eval|vocab`: the draft head trained on the target's own features, its figures, its vocabulary."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ def add_head_command(sub) -> None:
     e.add_argument("--any-target", action="store_true",
                    help="judge the head on this pair's target even if it was trained for other weights (to measure whether it transfers)")
     e.set_defaults(func=cmd_eval)
+    v = actions.add_parser("vocab", help="count a head's vocabulary from a working folder's training data, judge it beside the "
+                                         "head's own, and write the head with it (no retraining: the head scores any rows)")
+    _common(v)
+    v.add_argument("--head", help="the head file (default: the head this pair is offered)")
+    v.add_argument("--seed", type=int, default=0, help="the seed of the working folder (default 0)")
+    v.add_argument("--out", required=True, help="the head file to write, with the counted vocabulary and its figures")
+    v.set_defaults(func=cmd_vocab)
 
 
 def _common(p) -> None:
@@ -94,34 +101,95 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_eval(args) -> int:
-    from specdec.kernels.head_offer import find_head, head_weights
+def chosen_head(args, pair):
+    """--head, read and verified for this pair (or any target with --any-target), else the head it is offered."""
+    from specdec.kernels.head_offer import find_head, target_key
     from specdec.kernels.head_store import read_head
+
+    if args.head:
+        return read_head(Path(args.head), None if getattr(args, "any_target", False) else target_key(pair), pair.target.config)
+    offer = find_head(pair)
+    if offer.stored is None:
+        raise ValueError(f"no head for {pair.name}: {offer.reason}")
+    return offer.stored
+
+
+def cmd_eval(args) -> int:
+    from specdec.kernels.head_offer import drafting_ids, head_weights
     from specdec.models.pair import load_pair
-    from specdec.train.loop import point
     from specdec.train.run import evaluation
 
     use_threads(args)
     pair = load_pair(args.pair, device=args.device)
-    if args.head:
-        from specdec.kernels.head_offer import target_key
-
-        stored = read_head(Path(args.head), None if args.any_target else target_key(pair), pair.target.config)
-    else:
-        offer = find_head(pair)
-        if offer.stored is None:
-            raise ValueError(f"no head for {pair.name}: {offer.reason}")
-        stored = offer.stored
+    stored = chosen_head(args, pair)
     head = head_weights(pair, stored, args.kernel)
     recipe = Recipe(**{k: v for k, v in stored.record["recipe"].items() if k in Recipe.names()})
     root = Path(args.text_root) if args.text_root else None
-    verdicts = evaluation(pair, head, recipe, work_folder(args, pair), args.seed, root)
-    print(f"head {stored.path}")
-    for name, verdict in verdicts.items():
-        p = point(0, 0, verdict)
-        print(figures_table({"acceptance_by_position": p["acceptance"], "agreement_by_position": p["agreement"],
-                             "mean_accepted": p["mean_accepted"], "val_answer_drafts": p["tested"]}, title=name))
+    ids = drafting_ids(pair, stored)
+    judged = evaluation(pair, head, recipe, work_folder(args, pair), args.seed, root, ids)
+    ids = judged.ids
+    where = "counted from its training data" if stored.ids is not None else "the shipped list's most frequent"
+    print(f"head {stored.path}; vocabulary: {ids.numel()} tokens, {where}")
+    print(evaluation_report(judged, ids))
     return 0
+
+
+def cmd_vocab(args) -> int:
+    from specdec.kernels.head_offer import drafting_ids, head_weights, target_key
+    from specdec.kernels.head_store import write_head
+    from specdec.models.pair import load_pair
+    from specdec.train.data import load_split
+    from specdec.train.loop import final_figures
+    from specdec.train.run import evaluation
+    from specdec.train.vocabulary import training_vocabulary
+
+    use_threads(args)
+    pair = load_pair(args.pair, device=args.device)
+    stored = chosen_head(args, pair)
+    folder = work_folder(args, pair)
+    train = load_split(folder, "train")
+    if not train:
+        raise ValueError(f"no training data in {folder} to count a vocabulary from (gather it: python -m specdec head train)")
+    recipe = Recipe(**{k: v for k, v in stored.record["recipe"].items() if k in Recipe.names()})
+    head = head_weights(pair, stored, "dense")
+    root = Path(args.text_root) if args.text_root else None
+    before_ids, ids = drafting_ids(pair, stored), training_vocabulary(pair, train, recipe.vocab)
+    before = evaluation(pair, head, recipe, folder, args.seed, root, before_ids)
+    after = evaluation(pair, head, recipe, folder, args.seed, root, ids)
+    print(f"the head's own vocabulary ({stored.path}):\n{evaluation_report(before, before.ids)}\n")
+    print(f"counted from {sum(len(s) for s in train)} training positions in {folder}:\n{evaluation_report(after, ids)}")
+    tensors = {**stored.tensors, "vocab_ids": ids}
+    recipe_record = {**stored.record["recipe"], "vocab_ids": int(ids.numel()),
+                     "vocab_source": f"the target's greedy tokens in {sum(len(s) for s in train)} positions of training data"}
+    figures = {**stored.record["figures"], **final_figures(after.answers, after.reads)}
+    out = write_head(Path(args.out), tensors, target_key(pair), stored.record["shape"], recipe_record, figures)
+    print(f"head written: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def evaluation_report(judged, ids) -> str:
+    """The held-out figures: from every start and as a run drafts, per kind of text, and the vocabulary's coverage."""
+    from specdec.train.loop import point, walk_figures
+    from specdec.train.vocabulary import coverage, written_tokens
+
+    lines = []
+    for title, verdict in (("held-out answers", judged.answers), ("held-out read text", judged.reads)):
+        p = point(0, 0, verdict)
+        lines.append(figures_table({"acceptance_by_position": p["acceptance"], "agreement_by_position": p["agreement"],
+                                    "mean_accepted": p["mean_accepted"], "val_answer_drafts": p["tested"], "walk": p["walk"]}, title=title))
+    groups = judged.by_kind()
+    if groups:
+        lines.append(f"as a run drafts, per kind of held-out answer (K = {judged.answers.walk_k}):")
+        lines.append(f"{'kind':<12} {'answers':>7} {'steps':>6} {'@1':>6} {'@2':>6} {'@3':>6} {'kept/step':>9} {'vocab':>6}")
+        for kind, which in groups.items():
+            w = walk_figures(judged.answers.walked(which), judged.answers.walk_k)
+            rates = (w["rates"] + [None] * 3)[:3]
+            share = coverage(ids, written_tokens([judged.answer_sequences[i] for i in which]))
+            lines.append(f"{kind:<12} {len(which):>7} {w['steps']:>6} " + " ".join("     -" if r is None else f"{r:6.2f}" for r in rates)
+                         + f" {w['accepted_per_step'] or 0:9.2f} {share:6.1%}")
+    lines.append(f"vocabulary coverage of what the target wrote: answers {coverage(ids, written_tokens(judged.answer_sequences)):.1%}, "
+                 f"read text {coverage(ids, written_tokens(judged.read_sequences)):.1%}")
+    return "\n".join(lines)
 
 
 def figures_table(figures: dict, title: str = "held-out answers") -> str:
@@ -131,6 +199,10 @@ def figures_table(figures: dict, title: str = "held-out answers") -> str:
              "position   " + " ".join(f"{k:>6}" for k in range(1, len(acc) + 1)),
              "acceptance " + " ".join(f"{a:6.2f}" for a in acc),
              "top-1 agree" + " ".join(f"{a:6.2f}" for a in agree)]
+    walk = figures.get("walk")
+    if walk and walk.get("steps"):
+        lines.append("as a run   " + " ".join("     -" if r is None else f"{r:6.2f}" for r in walk["rates"])
+                     + f"   (K = {walk['k']}, {walk['steps']} steps, {walk['accepted_per_step']:.2f} drafts kept per step)")
     if "train_tokens" in figures:
         lines.append(f"data {figures['train_tokens']} tokens, {figures['tokens_seen']} seen in {figures['steps']} steps, "
                      f"{figures['minutes']} minutes; {figures['cpu']}")

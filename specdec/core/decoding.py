@@ -41,7 +41,7 @@ class Decoding:
         self.generator = torch.Generator(device=parts.device).manual_seed(config.seed)  # seeded once per run
         self.proposers = proposers_for(parts, config, self.generator)  # who may draft, in the order pick() asks them
         self.runner = parts.runner(parts, config, self.generator, self.proposers)  # the run's tensor side
-        self.policy = make_policy(config, parts.costs)
+        self.policy = make_policy(config, parts.costs, parts.head.prior if parts.head is not None else None)
         self.seq = list(prompt_ids)  # prompt + emitted tokens
         self.text = TextTracker(parts.tokenizer, self.seq)
         self.total = 0  # new tokens emitted so far

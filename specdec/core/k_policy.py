@@ -199,10 +199,12 @@ class CostK:
             self.plain_run, self.wait = 0, self.PROBE_AFTER
 
 
-def make_policy(config, costs: Costs | None = None):
+def make_policy(config, costs: Costs | None = None, head_prior: float | None = None):
     """The K policy of a run's settings (GenerationConfig): K = 0 every step when nothing drafts
     (plain decoding), else its k_policy's. The cost policy needs the cost table, and drafts at most
-    one token less than its largest measured pass (no K is chosen from an extrapolation)."""
+    one token less than its largest measured pass (no K is chosen from an extrapolation). Its
+    estimates start from the recorded acceptance, the head's from `head_prior` where given (the
+    head file's own validation figure: a retrained head brings its own)."""
     name = config.k_policy
     if not config.drafts:
         return FixedK(0)
@@ -214,5 +216,6 @@ def make_policy(config, costs: Costs | None = None):
         if costs is None:
             raise ValueError("k_policy 'cost' needs a cost table (specdec.measure.cost_table.costs_for)")
         largest = max(getattr(costs, "sizes", (config.k_max + 1,)))
-        return CostK(costs, max(1, min(config.k_max, largest - 1)))
+        priors = recorded_priors() if head_prior is None else {**recorded_priors(), "head": head_prior}
+        return CostK(costs, max(1, min(config.k_max, largest - 1)), priors)
     raise ValueError(f"k_policy must be one of {', '.join(K_POLICIES)}, got {name!r}")

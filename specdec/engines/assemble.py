@@ -25,7 +25,7 @@ from specdec.core.runners import runner_model
 from specdec.core.runners.recording import RecordingRunner
 from specdec.core.runners.runner import Runner
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.head_offer import HEAD_VOCAB, head_ids, head_run, head_weights, require_head, subset_lm_head
+from specdec.kernels.head_offer import drafting_ids, head_run, head_weights, require_head, subset_lm_head, validation_prior
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
 from specdec.measure.cost_table import costs_for, head_step_for
@@ -113,9 +113,11 @@ def head_source(pair: ModelPair, target_kernel: str) -> HeadSource:
     heads = pair.built.heads
     if key not in heads:
         weights = head_weights(pair, stored, kernel)
-        vocab_rows = pair.target.get_output_embeddings().out_features
-        # The head drafts from the HEAD_VOCAB most frequent tokens, as it was judged in training; a
-        # target with no more rows than that keeps its own lm_head (head_run's default).
-        rows = subset_lm_head(pair, head_ids(pair), kernel) if vocab_rows > HEAD_VOCAB else None
-        heads[key] = HeadSource(lambda: head_run(pair, weights, rows), pair.vocab_size, Path(stored.path).name, stored.digest)
+        # The head drafts from its file's vocabulary (counted from its training data), else the
+        # HEAD_VOCAB most frequent tokens of the shipped list, as it was judged in training; a
+        # target with no more rows than those keeps its own lm_head (head_run's default).
+        ids = drafting_ids(pair, stored)
+        rows = None if ids is None else subset_lm_head(pair, ids, kernel)
+        heads[key] = HeadSource(lambda: head_run(pair, weights, rows), pair.vocab_size, Path(stored.path).name, stored.digest,
+                                validation_prior(stored.record))
     return heads[key]

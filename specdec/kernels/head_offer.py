@@ -10,6 +10,7 @@ one line and skipped; a pair with no usable head is not offered one.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,16 +61,43 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def head_ids(pair, size: int = HEAD_VOCAB, rows: int | None = None) -> torch.Tensor:
+def head_ids(pair, size: int = HEAD_VOCAB, rows: int | None = None, counts: Counter | None = None) -> torch.Tensor:
     """(N,) the tokens a truncated vocabulary head scores (the trained head's, a `-v16k` / `-v32k`
-    draft variant's): end-of-sequence and special tokens, then the most frequent, all below `rows`
-    (default: the target's lm_head rows; a draft variant passes its draft's)."""
-    from specdec.models.vocab_subset import frequency_order, subset_ids
+    draft variant's): end-of-sequence and special tokens, then the most frequent in `counts` (a
+    head's training data: specdec/train/vocabulary.py), then the shipped list's most frequent, all
+    below `rows` (default: the target's lm_head rows; a draft variant passes its draft's)."""
+    from specdec.models.vocab_subset import frequency_order, ranked_ids, subset_ids
 
     order = pair.token_order if pair.token_order is not None else frequency_order(pair.tokenizer)
+    if counts:
+        order = [*ranked_ids(counts), *order]
     always = [*sorted(pair.eos_ids), *getattr(pair.tokenizer, "all_special_ids", [])]
     rows = rows if rows is not None else pair.target.get_output_embeddings().out_features
     return subset_ids(order, size, always, rows)
+
+
+def drafting_ids(pair, stored: StoredHead) -> torch.Tensor | None:
+    """(N,) the tokens this head drafts from: the file's own, counted from its training data, else
+    head_ids' HEAD_VOCAB; None (all of them) for a target with no more rows than that."""
+    if stored.ids is not None:
+        return stored.ids
+    return head_ids(pair) if pair.target.get_output_embeddings().out_features > HEAD_VOCAB else None
+
+
+def validation_prior(record: dict) -> float | None:
+    """Where the cost K policy starts the head's acceptance estimate: the file's own held-out
+    acceptance at draft position 1, counted as a run drafts (its `walk` figures) where the file has
+    them, else from every start; the lower of its answers' and its read text's, since the page's
+    prompts are neither. None where the file records nothing usable."""
+    figures = record.get("figures", {})
+    read = figures.get("read_text", {})
+    pairs = [(figures.get("walk", {}).get("rates"), read.get("walk", {}).get("rates")),
+             (figures.get("acceptance_by_position"), read.get("acceptance"))]
+    for answers, text in pairs:
+        found = [float(r[0]) for r in (answers, text) if r and r[0] is not None and r[0] == r[0]]  # r[0] == r[0]: not nan
+        if found:
+            return min(found)
+    return None
 
 
 @dataclass
@@ -157,8 +185,9 @@ def head_weights(pair, stored: StoredHead, kernel: str = "dense") -> HeadWeights
 def subset_lm_head(pair, ids: torch.Tensor, kernel: str = "dense") -> torch.nn.Module:
     """The target's lm_head on the tokens `ids` only (full-width rows, -inf elsewhere), kept per pair:
     its dense rows in the pair's dtype, or those rows as int8 run by the w8a8 kernel (the same int8
-    rows the w8a8 target's head has: one scale per row)."""
-    key = (kernel, ids.numel())
+    rows the w8a8 target's head has: one scale per row). Kept by the ids themselves: two heads'
+    vocabularies of one size are different rows."""
+    key = (kernel, hashlib.sha256(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest())
     if key not in pair.built.vocab_heads:
         from specdec.kernels.quant import quantize
         from specdec.kernels.variant_store import SubsetHead

@@ -11,6 +11,10 @@ its norms and biases in float32, and one JSON record in the file's metadata:
   and `figures` (its validation acceptance by draft position, the data's tokens, the time it took);
 - `tensors_sha256`: a digest of every tensor, so a damaged file is caught, not run.
 
+Beside the head's layers the file may hold `vocab_ids`: the sorted token ids the head drafts from,
+counted from its training data (specdec/train/vocabulary.py); the record's recipe says how many.
+A file without them drafts from the shipped frequency list's most frequent tokens.
+
 `read_head` refuses a file that is missing, truncated or damaged, of another format, trained for
 other weights or tokenizer, or shaped unlike the target, with one line (HeadFileError) naming
 what was wrong; the head is then not offered (`find_head`).
@@ -31,6 +35,7 @@ from specdec.kernels.quant import QuantWeight, quantize
 
 FORMAT = 1  # layout of a head file; bump it when the layout or the record changes
 RECORD = "specdec_head"  # the metadata key of the JSON record
+VOCAB = "vocab_ids"  # the tensor of the token ids the head drafts from, where the file carries its own
 
 
 class HeadFileError(ValueError):
@@ -46,6 +51,11 @@ class StoredHead:
     @property
     def shape(self) -> HeadShape:
         return HeadShape(**self.record["shape"])
+
+    @property
+    def ids(self) -> torch.Tensor | None:
+        """(N,) the sorted token ids the head drafts from, counted from its training data; None: the file has none."""
+        return self.tensors.get(VOCAB)
 
     @property
     def digest(self) -> str:
@@ -75,14 +85,23 @@ def head_tensors(head: HeadWeights) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_head(path: Path, head: HeadWeights, target: dict, recipe: dict, figures: dict) -> Path:
-    """Write the head (int8) with its record; written to a temporary name and renamed when complete."""
+def save_head(path: Path, head: HeadWeights, target: dict, recipe: dict, figures: dict, ids: torch.Tensor | None = None) -> Path:
+    """Write the head (int8) with its record, and the token ids it drafts from where given (the
+    recipe's `vocab_ids` is then their count); written to a temporary name and renamed when complete."""
+    tensors = head_tensors(head)
+    if ids is not None:
+        tensors[VOCAB] = ids.to(torch.int64).sort().values.contiguous()
+        recipe = {**recipe, "vocab_ids": int(ids.numel())}
+    return write_head(path, tensors, target, head.shape.as_dict(), recipe, figures)
+
+
+def write_head(path: Path, tensors: dict[str, torch.Tensor], target: dict, shape: dict, recipe: dict, figures: dict) -> Path:
+    """The file itself: the tensors as given, the record, the digest."""
     import os
 
     from safetensors.torch import save_file
 
-    tensors = head_tensors(head)
-    record = {"format": FORMAT, "target": target, "shape": head.shape.as_dict(), "recipe": recipe, "figures": figures,
+    record = {"format": FORMAT, "target": target, "shape": shape, "recipe": recipe, "figures": figures,
               "tensors_sha256": tensors_digest(tensors)}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +137,24 @@ def read_head(path: Path, target: dict | None = None, config=None) -> StoredHead
         check_target(path, record.get("target", {}), target)
     if config is not None:
         check_shape(path, HeadShape(**record["shape"]), config)
+    if VOCAB in tensors:
+        check_ids(path, tensors[VOCAB], record.get("recipe", {}).get("vocab_ids"), getattr(config, "vocab_size", None))
     return StoredHead(path, record, tensors)
+
+
+def check_ids(path: Path, ids: torch.Tensor, count, rows: int | None) -> None:
+    """The stored vocabulary: one row of sorted, distinct token ids, as many as the record says, inside the target's vocabulary."""
+    wrong = ""
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        wrong = f"a {ids.dim()}-d {ids.dtype} tensor, not a row of token ids"
+    elif ids.numel() != count:
+        wrong = f"{ids.numel()} ids, and its record says {count}"
+    elif ids.numel() and (int(ids.min()) < 0 or (rows is not None and int(ids.max()) >= rows)):
+        wrong = f"ids outside the target's vocabulary of {rows} tokens"
+    elif ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
+        wrong = "ids that are not sorted and distinct"
+    if wrong:
+        raise HeadFileError(f"head file {path} has a vocabulary that does not match its record: {wrong}")
 
 
 def check_target(path: Path, trained: dict, target: dict) -> None:

@@ -109,7 +109,7 @@ class Measured:
         return fastest(models).draft_variant if models else self.default_variant
 
     def defaults(self) -> MachineDefaults:
-        drafter = "head" if self.chosen.drafter == "head" else "auto"
+        drafter = "auto_head" if self.chosen.drafter == "head" else "auto"  # prompt lookup first, where it matches
         return MachineDefaults(self.chosen.target_kernel, self.variant, drafter, RUNNER, "cost", self.line)
 
     @property

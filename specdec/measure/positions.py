@@ -48,7 +48,13 @@ class PositionAcceptance:
 
 def position_acceptance(events: Iterable[StepEvent], drafter: str = UNNAMED) -> PositionAcceptance:
     """Count every drafting step of `events` together, whoever drafted it."""
-    drafting = [(e.n_drafted, e.accepted) for e in events if e.n_drafted]  # named or only counted drafts
+    return steps_counted(((e.n_drafted, e.accepted) for e in events), drafter)
+
+
+def steps_counted(steps: Iterable[tuple[int, int]], drafter: str = UNNAMED) -> PositionAcceptance:
+    """Count steps given as (drafted, accepted) pairs: a run's events, or a drafting walk that
+    replays held-out text (specdec.train.evaluate.walk), counted the one way."""
+    drafting = [(n, kept) for n, kept in steps if n]  # steps that drafted nothing count nowhere
     longest = max((n for n, _ in drafting), default=0)
     tested, accepted, lengths = [0] * longest, [0] * longest, [0] * (longest + 1 if drafting else 0)
     for n, kept in drafting:

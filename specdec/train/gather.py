@@ -17,7 +17,7 @@ from pathlib import Path
 from specdec.train.collect import answer, read_features
 from specdec.train.corpus import chunks, documents
 from specdec.train.data import read_shard, shard_path, write_shard
-from specdec.train.prompts import functions_of, written_prompts
+from specdec.train.prompts import functions_of, written
 from specdec.train.recipe import Recipe
 
 SNIPPET_DOCS = 300  # training documents whose functions the edit prompts quote
@@ -31,6 +31,7 @@ class Sources:
     prompts: list[str]  # held-out first (recipe.val_answers of them), then training
     val_chunks: list[list[int]]  # held-out chunks of read text
     train_docs: int  # documents to skip before the training text starts (the held-out ones)
+    held_kinds: list[str]  # the kind of text each held-out prompt asks for (specdec.train.prompts.KINDS)
 
     @classmethod
     def of(cls, pair, recipe: Recipe, seed: int, root: Path | None = None, count: int = 4000) -> "Sources":
@@ -45,9 +46,10 @@ class Sources:
         for name, text in itertools.islice(docs, SNIPPET_DOCS):
             if name.endswith(".py"):
                 snippets += functions_of(text)
-        written = written_prompts(seed, count, snippets)
-        held = written[: recipe.val_answers]  # in the order written: every kind, every length
-        return cls(held + alike_in_length(written[len(held) :], 4 * recipe.answer_batch), val[: recipe.val_chunks], used)
+        kinds, prompts = zip(*written(seed, count, snippets)) if count else ((), ())
+        held = list(prompts[: recipe.val_answers])  # in the order written: every kind, every length
+        return cls(held + alike_in_length(list(prompts[len(held) :]), 4 * recipe.answer_batch), val[: recipe.val_chunks], used,
+                   list(kinds[: recipe.val_answers]))
 
     def train_chunks(self, pair, recipe: Recipe, seed: int, root: Path | None = None) -> Iterator[list[int]]:
         for _, text in itertools.islice(documents(seed, root), self.train_docs, None):

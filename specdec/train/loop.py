@@ -11,14 +11,18 @@ import torch
 from specdec.kernels.head_offer import head_ids
 from specdec.models.machine import cpu_model, reported_flags
 from specdec.train.data import load_split, windows
+from specdec.measure.positions import PositionAcceptance
 from specdec.train.evaluate import Judge, Verdict, judge
 from specdec.train.recipe import Recipe
 from specdec.train.trainer import Trainer, epoch_batches, learning_rate, new_head
+from specdec.train.vocabulary import training_vocabulary
 
-def held_out_judges(pair, recipe: Recipe, folder) -> tuple[list, list, tuple[Judge, Judge]]:
-    """The held-out answers and read text of the working folder, and a Judge for each."""
+def held_out_judges(pair, recipe: Recipe, folder, ids=None) -> tuple[list, list, tuple[Judge, Judge]]:
+    """The held-out answers and read text of the working folder, and a Judge for each: the head
+    drafting from `ids` (default: the shipped list's recipe.vocab most frequent tokens)."""
     target = pair.target
-    judge_with = Judge(target.get_input_embeddings(), target.get_output_embeddings().weight.detach(), head_ids(pair, recipe.vocab))
+    ids = head_ids(pair, recipe.vocab) if ids is None else ids
+    judge_with = Judge(target.get_input_embeddings(), target.get_output_embeddings().weight.detach(), ids)
     val = load_split(folder, "val")
     answers, reads = [s for s in val if s.answer_from > 0], [s for s in val if s.answer_from == 0]
     return answers, reads, (judge_with, judge_with)
@@ -37,13 +41,16 @@ class Loop:
     answers: list  # held-out self-distilled answers
     reads: list  # held-out read text
     judges: tuple[Judge, Judge]
+    ids: torch.Tensor  # (N,) the vocabulary the head drafts from, counted from the training data (specdec/train/vocabulary.py)
 
     @classmethod
     def of(cls, pair, recipe: Recipe, space, autocast: bool) -> "Loop":
         head = new_head(pair.target, recipe, space.plan.seed)
         trainer = Trainer(head, pair.target.get_input_embeddings(), pair.target.get_output_embeddings().weight, recipe, autocast)
-        answers, reads, judges = held_out_judges(pair, recipe, space.folder)
-        return cls(trainer, recipe, windows(load_split(space.folder, "train"), recipe.window), answers, reads, judges)
+        train = load_split(space.folder, "train")
+        ids = training_vocabulary(pair, train, recipe.vocab)
+        answers, reads, judges = held_out_judges(pair, recipe, space.folder, ids)
+        return cls(trainer, recipe, windows(train, recipe.window), answers, reads, judges, ids)
 
     def batch(self, seed: int, step: int) -> list:
         """The windows of optimizer step `step` (epochs follow one another)."""
@@ -99,21 +106,38 @@ class Loop:
 
     def figures(self, state: dict, clock) -> dict:
         """The last figures, on every held-out answer and on the held-out read text."""
-        final = point(state["step"], state["tokens"], self.validate())
-        read = point(state["step"], state["tokens"], self.validate(1))
         data = sum(len(w) for w in self.windows)
-        return {"acceptance_by_position": final["acceptance"], "agreement_by_position": final["agreement"],
-                "mean_accepted": final["mean_accepted"], "loss": final["loss"], "read_text": {k: read[k] for k in ("acceptance", "agreement", "mean_accepted")},
+        return {**final_figures(self.validate(), self.validate(1)),
                 "train_tokens": data, "tokens_seen": state["tokens"], "steps": state["step"], "minutes": round(clock.elapsed / 60, 1),
-                "val_answer_drafts": final["tested"], "curve": state["curve"], "cpu": f"{cpu_model()} ({' '.join(reported_flags())})"}
+                "curve": state["curve"], "cpu": f"{cpu_model()} ({' '.join(reported_flags())})"}
+
+
+def final_figures(answers: Verdict, reads: Verdict) -> dict:
+    """A head file's validation figures: on every held-out answer, and on the held-out read text."""
+    final, read = point(0, 0, answers), point(0, 0, reads)
+    return {"acceptance_by_position": final["acceptance"], "agreement_by_position": final["agreement"],
+            "mean_accepted": final["mean_accepted"], "loss": final["loss"], "walk": final["walk"], "val_answer_drafts": final["tested"],
+            "read_text": {k: read[k] for k in ("acceptance", "agreement", "mean_accepted", "walk")}}
 
 
 def point(step: int, tokens: int, verdict: Verdict) -> dict:
     c = verdict.counts
     return {"step": step, "tokens": tokens, "acceptance": [round(a, 4) for a in c.acceptance],
             "agreement": [round(a, 4) for a in c.agreement], "mean_accepted": round(c.mean_accepted, 4),
-            "loss": round(verdict.loss, 4), "tested": int(c.tested[0]) if c.tested.numel() else 0}
+            "loss": round(verdict.loss, 4), "tested": int(c.tested[0]) if c.tested.numel() else 0,
+            "walk": walk_figures(verdict.walked(), verdict.walk_k)}
+
+
+def walk_figures(w: PositionAcceptance, k: int) -> dict:
+    """The walk's figures as a run's would read (specdec.train.evaluate.walk): acceptance by position
+    at the steps' starts, drafts kept per step, the steps."""
+    kept = sum(n * count for n, count in enumerate(w.lengths))
+    return {"k": k, "rates": [None if r is None else round(r, 4) for r in w.rates],
+            "accepted_per_step": round(kept / w.steps, 4) if w.steps else None, "steps": w.steps}
 
 
 def short(p: dict) -> str:
-    return f"val acc@1 {p['acceptance'][0]:.2f} @2 {p['acceptance'][1]:.2f} mean {p['mean_accepted']:.2f} loss {p['loss']:.2f}"
+    walk = p["walk"]["rates"][:2] + [None, None]
+    as_run = " ".join("-" if r is None else f"{r:.2f}" for r in walk[:2])
+    return (f"val acc@1 {p['acceptance'][0]:.2f} @2 {p['acceptance'][1]:.2f} mean {p['mean_accepted']:.2f}; "
+            f"as a run drafts @1 @2 {as_run}; loss {p['loss']:.2f}")

@@ -139,8 +139,16 @@ def _json_prompt(rng: random.Random) -> str:
     return f"{task}. Reply with only the result.\n\n```json\n{json.dumps(people, indent=2)}\n```"
 
 
+KINDS = ("code", "edit", "prose", "sql", "json", "translation")  # the kinds written, in the makers' order
+
+
 def written_prompts(seed: int, count: int, snippets: list[str]) -> list[str]:
     """`count` prompts in the seed's order, every kind mixed; `snippets`: code for the edit prompts."""
+    return [prompt for _, prompt in written(seed, count, snippets)]
+
+
+def written(seed: int, count: int, snippets: list[str]) -> list[tuple[str, str]]:
+    """(kind, prompt) for written_prompts' prompts, in the same order: the figures per kind of text."""
     rng = random.Random(seed)
     makers = [
         lambda: rng.choice(CODE_TEMPLATES).format(lang=rng.choice(LANGUAGES), **dict(zip(("sig", "task"), rng.choice(FUNCTIONS)))),
@@ -153,10 +161,11 @@ def written_prompts(seed: int, count: int, snippets: list[str]) -> list[str]:
     weights = [4, 3, 2, 1, 1, 1]  # code first: it is what this pair is for
     out, seen = [], set()
     while len(out) < count and len(seen) < 50 * count:
-        prompt = rng.choices(makers, weights)[0]()
+        kind = rng.choices(range(len(makers)), weights)[0]
+        prompt = makers[kind]()
         if prompt and prompt not in seen:
             seen.add(prompt)
-            out.append(prompt)
+            out.append((KINDS[kind], prompt))
         elif prompt:
             seen.add(prompt + str(len(seen)))  # count a repeat so a small pool cannot loop forever
     return out

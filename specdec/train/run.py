@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
-from specdec.kernels.head_offer import head_ids, target_key
+from specdec.kernels.head_offer import target_key
 from specdec.train import gather
 from specdec.train.data import read_json, write_json
+from specdec.train.evaluate import Verdict
 from specdec.train.recipe import Plan, Recipe
 
 ANSWERS_SHARE, READ_SHARE, END_SHARE = 0.35, 0.2, 0.05
@@ -114,19 +115,40 @@ def train(pair, recipe: Recipe, plan: Plan, work: Path, out: Path, bars: bool = 
         left = space.plan.minutes * 60 * (1 - END_SHARE) - clock.elapsed
         space.decide(clock, steps=max(1, int(left / per_step)))
     figures = loop.run(space, clock, bars)
-    recipe_record = {**recipe.as_dict(), **space.plan.as_dict(), "vocab_ids": len(head_ids(pair, recipe.vocab))}
-    save_head(out, loop.trainer.head, key, recipe_record, figures)
+    recipe_record = {**recipe.as_dict(), **space.plan.as_dict(), "vocab_source": "the target's greedy tokens in the training data"}
+    save_head(out, loop.trainer.head, key, recipe_record, figures, ids=loop.ids)
     return figures
 
 
-def evaluation(pair, head, recipe: Recipe, work: Path, seed: int, root: Path | None = None) -> dict:
-    """A head judged on the held-out data of the working folder (collected first when missing)."""
+@dataclass
+class Evaluation:
+    """A head judged on the held-out data: its verdicts and what they were judged on."""
+
+    answers: Verdict  # on the held-out answers of the target
+    reads: Verdict  # on the held-out read text
+    kinds: list[str]  # the kind of text of each held-out answer, in order ([] where they cannot be matched up)
+    ids: torch.Tensor  # (N,) the vocabulary the head drafted from
+    answer_sequences: list  # the held-out answers themselves (their tokens: the vocabulary's coverage)
+    read_sequences: list
+
+    def by_kind(self) -> dict[str, list[int]]:
+        """kind -> the indices of its held-out answers."""
+        out: dict[str, list[int]] = {}
+        for i, kind in enumerate(self.kinds):
+            out.setdefault(kind, []).append(i)
+        return out
+
+
+def evaluation(pair, head, recipe: Recipe, work: Path, seed: int, root: Path | None = None, ids=None) -> Evaluation:
+    """A head drafting from `ids` judged on the held-out data of the working folder (collected first when missing)."""
     from specdec.train.evaluate import judge
     from specdec.train.loop import held_out_judges
 
     work.mkdir(parents=True, exist_ok=True)
-    gather.held_out(pair, recipe, gather.Sources.of(pair, recipe, seed, root), work, lambda n: None)
-    answers, reads, judges = held_out_judges(pair, recipe, work)
+    sources = gather.Sources.of(pair, recipe, seed, root)
+    gather.held_out(pair, recipe, sources, work, lambda n: None)
+    answers, reads, judges = held_out_judges(pair, recipe, work, ids)
     with torch.autocast(pair.device.type, dtype=torch.bfloat16, enabled=pair.dtype == torch.bfloat16):
-        return {"held-out answers": judge(head, answers, judges[0], recipe.eval_depth),
-                "held-out read text": judge(head, reads, judges[1], recipe.eval_depth)}
+        verdicts = judge(head, answers, judges[0], recipe.eval_depth), judge(head, reads, judges[1], recipe.eval_depth)
+    kinds = sources.held_kinds if len(sources.held_kinds) == len(answers) else []
+    return Evaluation(*verdicts, kinds, judges[0].ids, answers, reads)

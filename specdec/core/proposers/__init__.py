@@ -24,13 +24,15 @@ __all__ = ["Draft", "Proposer", "nothing", "pick", "proposers_for"]
 
 def proposers_for(parts, config, generator) -> list[Proposer]:
     """A run's proposers, in the order pick() asks them (GenerationConfig.drafter): prompt lookup
-    and/or the draft model, or the head; none for plain decoding."""
+    and/or the draft model or the head; none for plain decoding."""
     proposers: list[Proposer] = []
     if config.uses_lookup:
         # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
         # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
-        # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md).
-        proposers.append(LookupProposer(config.lookup_ngram, 2 if config.uses_draft_model else 1))
+        # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md). The head behind
+        # it ("auto_head") keeps the same rule.
+        behind = config.uses_draft_model or config.uses_head
+        proposers.append(LookupProposer(config.lookup_ngram, 2 if behind else 1))
     if config.uses_draft_model:
         proposers.append(ModelProposer(parts.draft, config, generator))
     if config.uses_head:

@@ -39,6 +39,7 @@ class HeadSource:
     vocab_size: int  # the target's logits' width: the head's q rows are cut to it
     label: str = ""  # which head file, for the status line
     digest: str = ""  # the head file's tensors digest: what its measured step is keyed by (specdec.measure.cost_table)
+    prior: float | None = None  # the acceptance the cost K policy starts from: the head file's own validation figure (None: the recorded one)
 
 
 class HeadProposer:
