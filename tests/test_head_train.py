@@ -172,3 +172,36 @@ def test_an_epochs_batches_hold_every_window_once_and_pad_little():
     assert all(max(lengths[i] for i in b) * len(b) <= recipe.batch_positions for b in batches)
     assert 1 - sum(lengths) / padded < 0.05
     assert batches == epoch_batches(windows, recipe, seed=0, epoch=0) != epoch_batches(windows, recipe, seed=0, epoch=1)
+
+
+def test_head_vocab_counts_a_vocabulary_for_a_head_without_one_and_head_eval_reads_it(tiny_pair, text_root, tmp_path, capsys):
+    """A head file without ids drafts from the shipped list; `head vocab` counts one from the working
+    folder's training data, writes the head with it and its figures; `head eval` then judges it."""
+    from specdec.__main__ import main
+    from specdec.kernels.head_offer import target_key
+    from specdec.kernels.head_store import save_head
+    from specdec.train.data import load_split
+    from specdec.train.trainer import new_head
+    from specdec.train.vocabulary import training_vocabulary
+
+    from specdec.models.pair import load_pair
+
+    work = tmp_path / "work"
+    run(tiny_pair, text_root, work, tmp_path / "trained.safetensors", steps=2)  # the data shards
+    as_loaded = load_pair("tiny-random", device="cpu")  # as the command loads it (its dtype: its own weights key)
+    small = {**TINY.as_dict(), "vocab": 64}
+    plain = save_head(tmp_path / "plain.safetensors", new_head(as_loaded.target, TINY, 0), target_key(as_loaded), small, {})
+    common = ["--pair", "tiny-random", "--work", str(work), "--text-root", str(text_root)]
+    out = tmp_path / "counted.safetensors"
+    assert main(["head", "vocab", *common, "--head", str(plain), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "the head's own vocabulary" in said and "counted from" in said and "vocabulary coverage" in said
+    stored = read_head(out, target_key(as_loaded), as_loaded.target.config)
+    assert torch.equal(stored.ids, training_vocabulary(as_loaded, load_split(work, "train"), 64))
+    assert stored.record["recipe"]["vocab_ids"] == 64 and stored.record["figures"]["walk"]["steps"] > 0
+    assert main(["head", "eval", *common, "--head", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "64 tokens, counted from its training data" in said and "as a run" in said
+    empty = ["--pair", "tiny-random", "--work", str(tmp_path / "none"), "--text-root", str(text_root)]
+    assert main(["head", "vocab", *empty, "--head", str(plain), "--out", str(tmp_path / "x.safetensors")]) == 2
+    assert "no training data in" in capsys.readouterr().err
