@@ -205,3 +205,31 @@ def test_head_vocab_counts_a_vocabulary_for_a_head_without_one_and_head_eval_rea
     empty = ["--pair", "tiny-random", "--work", str(tmp_path / "none"), "--text-root", str(text_root)]
     assert main(["head", "vocab", *empty, "--head", str(plain), "--out", str(tmp_path / "x.safetensors")]) == 2
     assert "no training data in" in capsys.readouterr().err
+
+
+def test_answers_in_a_batch_equal_each_prompt_answered_alone_and_rows_that_end_leave_the_batch(tiny_pair, monkeypatch):
+    """Three prompts of different lengths answered together, with the token that one of them writes
+    second declared end-of-sequence: each sequence is its prompt and its greedy answer up to (not
+    including) the ending token, its features the target's recomputed over the whole sequence, its
+    labels the target's own distribution there (the decode step's logits reused)."""
+    from transformers import DynamicCache
+
+    from specdec.train.collect import answer, labelled
+
+    prompts = [[3, 9, 27, 4, 11], [5, 8], [21, 22, 23, 24, 25, 26, 27, 28]]
+    alone = answer(tiny_pair.target, prompts[:1], 12, set(), 0)[0]
+    eos = int(alone.ids[len(prompts[0]) + 1])  # the first prompt's second answer token ends its answer
+    selected = []
+    real_select = DynamicCache.batch_select_indices
+    monkeypatch.setattr(DynamicCache, "batch_select_indices", lambda self, keep: (selected.append(keep.tolist()), real_select(self, keep))[1])
+    together = answer(tiny_pair.target, prompts, 12, {eos}, 0)
+    assert together[0].ids.tolist() == alone.ids[: len(prompts[0]) + 1].tolist() and selected  # it ended, and left the batch
+    for p, seq in zip(prompts, together):
+        assert seq.answer_from == len(p) and seq.ids[: len(p)].tolist() == p and eos not in seq.ids[len(p) :].tolist()
+        with torch.no_grad():
+            hidden = tiny_pair.target.model(input_ids=seq.ids[None]).last_hidden_state[0]
+        torch.testing.assert_close(seq.features.float(), hidden.to(torch.bfloat16).float(), atol=0.05, rtol=0.05)
+        want = labelled(tiny_pair.target.lm_head, seq.ids, hidden)
+        assert seq.top_ids[:, 0].tolist() == want.top_ids[:, 0].tolist()
+        assert seq.top_ids[len(p) - 1 : -1, 0].tolist() == seq.ids[len(p) :].tolist()  # greedy: each answer token is the label before it
+        torch.testing.assert_close(seq.top_logp, want.top_logp, atol=1e-3, rtol=1e-3)
