@@ -166,3 +166,28 @@ def test_the_pages_line_is_one_summary_with_the_figures_behind_it(here, tiny_pai
     figures = line[line.index("</summary>") :]
     assert figures.count("<tr") == 1 + len(measured.candidates) and 'class="chosen"' in figures
     assert advanced.defaults(tiny_pair.name, tiny_pair.device).target_kernel == measured.chosen.target_kernel
+
+
+def test_the_head_is_predicted_at_its_files_own_figure_and_a_new_head_file_is_measured_again(here, tiny_pair, monkeypatch):
+    from specdec.kernels import head_offer
+    from specdec.kernels.head_store import save_head
+    from specdec.train.recipe import Recipe
+    from specdec.train.trainer import new_head
+
+    def offer(path, at_position_1, seed):
+        figures = {"acceptance_by_position": [at_position_1], "read_text": {"acceptance": [at_position_1 + 0.1]}}
+        save_head(path, new_head(tiny_pair.target, Recipe(intermediate=32), seed), head_offer.target_key(tiny_pair),
+                  {"intermediate": 32}, figures)
+        monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
+        return head_offer.offered_head(tiny_pair).stored.digest
+
+    first = offer(here / "first.safetensors", 0.62, seed=0)
+    measured = defaults_here.ensure(tiny_pair)
+    heads = [c for c in measured.candidates if c.drafter == "head"]
+    assert heads and all(c.alpha == pytest.approx(0.62) for c in heads) and measured.head == first
+    assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device).head == first  # kept with the choice
+    assert defaults_here.complete(measured, tiny_pair.device, first)
+    second = offer(here / "second.safetensors", 0.2, seed=1)  # another head: other tensors, another digest
+    assert second != first and not defaults_here.complete(measured, tiny_pair.device, second)
+    again = defaults_here.ensure(tiny_pair)  # measured again, for the head offered now
+    assert again.head == second and all(c.alpha == pytest.approx(0.2) for c in again.candidates if c.drafter == "head")

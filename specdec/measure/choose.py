@@ -38,7 +38,7 @@ class Candidate:
     decode_step_s: float  # one target pass over 1 token on this kernel
     check_s: float  # one target pass over K+1 tokens at the chosen K (the decode step at K = 0)
     draft_s: float | None  # one draft step of this drafter (None: plain steps)
-    alpha: float | None  # the drafter's recorded acceptance (None: plain steps)
+    alpha: float | None  # the acceptance the drafter was predicted at (None: plain steps)
     k: int  # the K the cost policy predicts best (0: drafting does not pay)
     tok_s: float  # predicted tokens/s
     why: str = ""  # K = 0 for a drafter: why drafting does not pay here
@@ -64,10 +64,14 @@ def predict(kernel: str, costs: PassCosts, drafter: str = "none", variant: str =
                      choice.k, choice.predicted_tok_s, choice.why)
 
 
-def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], head_s: dict[str, float], kind: str | None = None) -> list[Candidate]:
+def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], head_s: dict[str, float], kind: str | None = None,
+               head_alpha: float | None = None) -> list[Candidate]:
     """Every candidate: per target kernel (tables: kernel -> its cost table), plain steps, the draft
-    model as each variant (drafts: variant -> one draft pass, s) and the head (head_s: kernel -> its step, s)."""
-    model, head = recorded("model", kind).alpha, recorded("head", kind).alpha
+    model as each variant (drafts: variant -> one draft pass, s) and the head (head_s: kernel -> its
+    step, s), the head at `head_alpha` where given (its file's own held-out figure, as its runs
+    start from: specdec.kernels.head_offer.validation_prior), else at its recorded acceptance."""
+    model = recorded("model", kind).alpha
+    head = head_alpha if head_alpha is not None else recorded("head", kind).alpha
     out = []
     for kernel, costs in tables.items():
         out.append(predict(kernel, costs))
@@ -94,6 +98,7 @@ class Measured:
     skipped: dict[str, str] = field(default_factory=dict)  # what was not measured -> why
     seconds: float = 0.0  # how long the measurement took (0: read from the cache)
     default_variant: str = "dense"  # the draft variant to start on where no variant was measured (the recorded table's)
+    head: str = ""  # the tensors digest of the head file the head's candidates were predicted for ("" none)
 
     @property
     def plain_here(self) -> Candidate:
@@ -129,7 +134,8 @@ class Measured:
     def as_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "pair": self.pair, "machine": self.machine, "dtype": self.dtype,
                 "candidates": [asdict(c) for c in self.candidates], "chosen": asdict(self.chosen),
-                "skipped": dict(self.skipped), "seconds": self.seconds, "default_variant": self.default_variant, "line": self.line}
+                "skipped": dict(self.skipped), "seconds": self.seconds, "default_variant": self.default_variant, "head": self.head,
+                "line": self.line}
 
 
 def from_json(data: dict) -> Measured | None:
@@ -143,6 +149,6 @@ def from_json(data: dict) -> Measured | None:
             return None
         return Measured(str(data["pair"]), str(data["machine"]), str(data["dtype"]), found, chosen,
                         {str(k): str(v) for k, v in data.get("skipped", {}).items()}, 0.0,
-                        str(data.get("default_variant", "dense")))
+                        str(data.get("default_variant", "dense")), str(data.get("head", "")))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

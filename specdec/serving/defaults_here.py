@@ -67,9 +67,10 @@ def start_defaults(pair_name: str, device) -> MachineDefaults:
     return measured.defaults() if measured is not None else defaults_for(device, pair_name)
 
 
-def complete(measured: choose.Measured | None, device) -> bool:
-    """Whether a kept choice covers every kernel offered now and nothing was left to the budget."""
-    if measured is None:
+def complete(measured: choose.Measured | None, device, head: str = "") -> bool:
+    """Whether a kept choice covers every kernel offered now, nothing was left to the budget, and it
+    was predicted for the head offered now (`head`: its digest; a new head file is measured again)."""
+    if measured is None or measured.head != head:
         return False
     kernels = {c.target_kernel for c in measured.candidates} | {k.split(" ", 1)[1] for k in measured.skipped if k.startswith("kernel ")}
     return set(device_offer.target_kernels(device).names) <= kernels and BUDGET not in measured.skipped.values()
@@ -80,7 +81,7 @@ def ensure(pair, progress: bool = False, budget_s: float = BUDGET_S) -> choose.M
     if measurable(pair.name, pair.device):
         return None
     kept = read_choice(pair.name, pair.device)
-    return kept if complete(kept, pair.device) else measure_here(pair, budget_s, progress)
+    return kept if complete(kept, pair.device, offered_head_figures(pair)[0]) else measure_here(pair, budget_s, progress)
 
 
 def _first(names, first: str) -> list[str]:
@@ -137,13 +138,22 @@ def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refre
     bar.close()
     if not tables:
         raise ValueError(f"nothing could be measured for {pair.name} here: {'; '.join(skipped.values())}")
-    found = choose.candidates(tables, drafts, heads)
+    digest, prior = offered_head_figures(pair)
+    found = choose.candidates(tables, drafts, heads, head_alpha=prior)
     measured = choose.Measured(pair.name, cost_table.machine_folder(cost_table.machine(pair.device)), pair.dtype_name,
                                tuple(found), choose.fastest(found), skipped, time.monotonic() - start,
-                               defaults_for(pair.device, pair.name).draft_variant)
+                               defaults_for(pair.device, pair.name).draft_variant, digest)
     cost_table._write_json(choice_path(pair.name, pair.device), measured.as_json())
     keep_chosen_table(pair, measured, tables, drafts)
     return measured
+
+
+def offered_head_figures(pair) -> tuple[str, float | None]:
+    """(the tensors digest, the validation prior) of the head this pair is offered; ("", None) without one."""
+    from specdec.kernels.head_offer import offered_head, validation_prior
+
+    stored = offered_head(pair).stored
+    return ("", None) if stored is None else (stored.digest, validation_prior(stored.record))
 
 
 def keep_chosen_table(pair, measured: choose.Measured, tables: dict, drafts: dict) -> None:
