@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 
 from specdec.kernels.head_offer import head_ids
+from specdec.measure.positions import PositionAcceptance
 from specdec.models.machine import cpu_model, reported_flags
 from specdec.train.data import load_split, windows
-from specdec.measure.positions import PositionAcceptance
 from specdec.train.evaluate import Judge, Verdict, judge
 from specdec.train.recipe import Recipe
 from specdec.train.trainer import Trainer, epoch_batches, learning_rate, new_head
