@@ -172,6 +172,8 @@ def test_an_epochs_batches_hold_every_window_once_and_pad_little():
     assert all(max(lengths[i] for i in b) * len(b) <= recipe.batch_positions for b in batches)
     assert 1 - sum(lengths) / padded < 0.05
     assert batches == epoch_batches(windows, recipe, seed=0, epoch=0) != epoch_batches(windows, recipe, seed=0, epoch=1)
+    as_before = epoch_batches(windows, Recipe(alike=0), seed=0, epoch=0)  # how the heads before it were trained
+    assert [i for b in as_before for i in b] == torch.randperm(len(windows), generator=torch.Generator().manual_seed(0)).tolist()
 
 
 def test_head_vocab_counts_a_vocabulary_for_a_head_without_one_and_head_eval_reads_it(tiny_pair, text_root, tmp_path, capsys):

@@ -21,7 +21,7 @@ def add_head_command(sub) -> None:
     t.add_argument("--code-tokens", type=int, help="tokens of installed text read for training (default: as the time share allows)")
     t.add_argument("--steps", type=int, help="optimizer steps (default: as many as the time left allows)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    for name in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions"):
+    for name in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike"):
         default = getattr(TRAIN_DEFAULTS, name)
         t.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=f"recipe: {name} (default {default})")
     t.add_argument("--init", choices=("last-layer", "random"), default=TRAIN_DEFAULTS.init, help="the head's start (default last-layer)")
@@ -72,7 +72,7 @@ def work_folder(args, pair) -> Path:
 
 
 def recipe_of(args) -> Recipe:
-    changed = {n: getattr(args, n) for n in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "init")}
+    changed = {n: getattr(args, n) for n in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike", "init")}
     recipe = Recipe(**changed)
     if recipe.intermediate < 1 or recipe.depth < 1 or recipe.window < 8 or recipe.batch_positions < recipe.window or recipe.lr <= 0:
         raise ValueError("--intermediate and --depth must be >= 1, --window >= 8, --batch-positions >= --window, --lr > 0")
@@ -159,7 +159,8 @@ def cmd_vocab(args) -> int:
     print(f"the head's own vocabulary ({stored.path}):\n{evaluation_report(before, before.ids)}\n")
     print(f"counted from {sum(len(s) for s in train)} training positions in {folder}:\n{evaluation_report(after, ids)}")
     tensors = {**stored.tensors, "vocab_ids": ids}
-    recipe_record = {**stored.record["recipe"], "vocab_ids": int(ids.numel()),
+    # a record without `alike` was written before batches were sorted by length: its head was trained on random batches
+    recipe_record = {"alike": 0, **stored.record["recipe"], "vocab_ids": int(ids.numel()),
                      "vocab_source": f"the target's greedy tokens in {sum(len(s) for s in train)} positions of training data"}
     figures = {**stored.record["figures"], **final_figures(after.answers, after.reads)}
     out = write_head(Path(args.out), tensors, target_key(pair), stored.record["shape"], recipe_record, figures)

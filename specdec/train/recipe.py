@@ -20,6 +20,7 @@ class Recipe:
     init: str = "last-layer"  # "last-layer": attention, norms and the strongest MLP channels of the target's last layer; "random"
     window: int = 512  # positions per training sequence (the head's context)
     batch_positions: int = 2048  # positions per optimizer step
+    alike: int = 256  # windows sorted by length together before batches are cut (0: batches in random order, as heads before it were trained)
     lr: float = 1e-3  # peak learning rate (AdamW), after a warmup of 5% of the steps, cosine to 10%
     reg_weight: float = 1.0  # weight of the feature regression beside the cross-entropy
     step_decay: float = 0.8  # weight of draft step s is step_decay ** (s - 1)

@@ -59,29 +59,35 @@ def copy_last_layer(head: HeadWeights, target) -> None:
     head.down_proj.weight.copy_(down[:, keep])
 
 
-ALIKE = 256  # windows sorted by length together before they are cut into batches
-
-
 def epoch_batches(windows: list[Sequence], recipe: Recipe, seed: int, epoch: int) -> list[list[int]]:
     """The epoch's batches (indices into `windows`), drawn from (seed, epoch): a permutation, each
-    run of ALIKE windows sorted by length and cut into batches of at most batch_positions positions
-    when padded to their longest window, and the batches shuffled. Windows alike in length pad little:
-    answers of about 170 tokens beside chunks of 512 read text made about a fifth of every batch padding."""
+    run of recipe.alike windows sorted by length and cut into batches of at most batch_positions
+    positions when padded to their longest window, and the batches shuffled. Windows alike in length
+    pad little: answers of about 170 tokens beside chunks of 512 read text made about a fifth of every
+    batch padding. alike = 0: the permutation cut as it comes (how the heads before it were trained)."""
     generator = torch.Generator().manual_seed(seed * 1000 + epoch)
     order = torch.randperm(len(windows), generator=generator).tolist()
+    if recipe.alike <= 0:
+        return _cut(order, windows, recipe.batch_positions)
     batches = []
-    for start in range(0, len(order), ALIKE):
-        current, longest = [], 0
-        for i in sorted(order[start : start + ALIKE], key=lambda i: len(windows[i])):
-            n = len(windows[i])
-            if current and max(longest, n) * (len(current) + 1) > recipe.batch_positions:
-                batches.append(current)
-                current, longest = [], 0
-            current.append(i)
-            longest = max(longest, n)
-        if current:
-            batches.append(current)
+    for start in range(0, len(order), recipe.alike):
+        batches += _cut(sorted(order[start : start + recipe.alike], key=lambda i: len(windows[i])), windows, recipe.batch_positions)
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def _cut(order: list[int], windows: list[Sequence], positions: int) -> list[list[int]]:
+    """`order` cut into batches of at most `positions` positions when padded to their longest window."""
+    batches, current, longest = [], [], 0
+    for i in order:
+        n = len(windows[i])
+        if current and max(longest, n) * (len(current) + 1) > positions:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def padded(windows: list[Sequence]) -> tuple[torch.Tensor, ...]:
