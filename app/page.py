@@ -237,6 +237,8 @@ def _how_it_works_tab() -> None:
         gr.Markdown(how_it_works.STEP, elem_classes="how-text")
         gr.HTML(f'<figure class="how-diagram">{how_it_works.HEAD_DIAGRAM}</figure>', elem_id="head-diagram")
         gr.Markdown(how_it_works.HEAD, elem_classes="how-text")
+        gr.Plot(how_it_works.head_data_figure(), show_label=False, elem_id="head-data-plot")
+        gr.Markdown(how_it_works.HEAD_DATA_TEXT, elem_classes="how-text")
         gr.Markdown(how_it_works.FORMULAS, elem_classes="how-text",
                     latex_delimiters=[{"left": "$$", "right": "$$", "display": True}])
         gr.Markdown(how_it_works.EXACT, elem_classes="how-text")
