@@ -54,7 +54,7 @@ bench: prepare
 
 # Retrain the shipped draft head (docs/head.md) with the plan and seed it was trained with (its
 # file's record says the same). On a quiet 2-core Intel Xeon with AMX the data took 54 minutes and
-# the 2091 steps about an hour. Interrupted, the same command resumes. The answers are now gathered
+# the 2091 steps 71 more. Interrupted, the same command resumes. The answers are now gathered
 # with ended rows leaving the batch, so the data, and the file, differ from the shipped one in the
 # last bits: an equivalent head, not the same file.
 HEAD_FILE := assets/heads/qwen2.5-coder-1.5b-instruct.safetensors
