@@ -84,8 +84,8 @@ def answer(target, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[i
         logits = target.lm_head(last)  # (live, V): the next token, and the soft labels of the last position
         token = logits.argmax(dim=-1)  # (live,)
         top, logp = tops_of(logits)
-        for r, i in enumerate(live):
-            tokens[i].append(int(token[r]))
+        for r, (i, t) in enumerate(zip(live, token.tolist())):  # one read of the step's tokens, not one per row
+            tokens[i].append(t)
             tops[i].append(top[r])
             logps[i].append(logp[r])
         going = ~torch.isin(token, eos)  # (live,)
