@@ -56,6 +56,8 @@ def _target_title(event: StepEvent) -> str:
         title += (f"\nnothing drafted: {event.paused_why}" if event.paused_why else
                   "\nnothing drafted: at this machine's pass costs and the acceptance so far, "
                   "drafting would make fewer tokens/s than a plain step")
+    elif event.withdrawn_why and not event.drafted:
+        title += f"\nnothing drafted: {event.withdrawn_why}"
     return title
 
 

@@ -117,13 +117,16 @@ def _headline(x: StepExplanation) -> str:
     n = len(x.rows) + x.unseen_rejected
     if not n and x.paused_why:
         return head + f"nothing was drafted: the K policy chose a plain step, since {x.paused_why}."
+    if not n and x.withdrawn_why:
+        return head + f"nothing was drafted: {x.withdrawn_why}. The target made one token, as plain decoding would."
     if not n:
         return head + ("nothing was drafted (prompt lookup found no match, or plain decoding); "
                        "the target made one token, as plain decoding would.")
     who = DRAFTER_WORDS.get(x.drafter, "the drafter")
     tail = {CORRECTION: "then added its correction", BONUS: "then added a bonus token",
             EOS_ACCEPTED: "and an accepted draft token ended the run"}.get(x.kind, "")
-    return f"{head}{who} proposed {n} token{'s' if n != 1 else ''}; the target kept {x.accepted}, {tail}."
+    cut = f" (then stopped: {x.withdrawn_why})" if x.withdrawn_why else ""
+    return f"{head}{who} proposed {n} token{'s' if n != 1 else ''}{cut}; the target kept {x.accepted}, {tail}."
 
 
 def _table(x: StepExplanation) -> str:

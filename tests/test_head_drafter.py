@@ -155,6 +155,71 @@ def test_auto_head_drafts_with_lookup_where_it_matches_and_the_head_elsewhere(ti
     assert {e.drafter for e in events if e.drafted} == {"lookup", "head"}
 
 
+# --- unsure drafts are left out ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def unsure_head_file(tiny_pair, tmp_path_factory):
+    """A head whose every q is uniform over tiny-random's vocabulary (its last norm is zero, so every
+    logit is): its top probability, 1 / V, is under the floor at every draft."""
+    head = new_head(tiny_pair.target, Recipe(intermediate=64), seed=0)
+    with torch.no_grad():
+        head.norm.weight.zero_()
+    path = tmp_path_factory.mktemp("heads") / "unsure.safetensors"
+    save_head(path, head.eval(), head_offer.target_key(tiny_pair), {"intermediate": 64}, {})
+    return path
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_a_head_that_is_always_unsure_drafts_nothing_and_the_output_is_plain(tiny_pair, plain, unsure_head_file,
+                                                                             monkeypatch, runner):
+    from specdec.core.proposers.head import UNSURE_BELOW
+
+    assert 1 / tiny_pair.vocab_size < UNSURE_BELOW
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: unsure_head_file)
+    events = run_checked(tiny_pair, PROMPT, head_config(k=3, runner=runner))
+    assert tokens(events) == plain
+    asked = [e for e in events if e.k > 0]  # all but the last (no room for a draft there)
+    assert not any(e.drafted for e in events) and len(asked) == len(events) - 1 and asked[0].k == 3
+    assert all(e.withdrawn_why.startswith("the head was unsure of its first draft (top probability 0.00, under 0.10)")
+               for e in asked)
+
+
+def test_the_cost_policy_counts_a_withdrawn_draft_as_turned_down_and_stops_drafting(tiny_pair, unsure_head_file,
+                                                                                     monkeypatch, tmp_path):
+    """Where the head is always unsure, the estimate falls as if every draft were rejected, and the
+    policy soon chooses plain steps (K = 0, no head step paid) apart from its rare probes."""
+    from specdec.measure.passcost import PassCosts
+
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: unsure_head_file)
+    table = PassCosts((1, 2, 4, 8), (1.0, 1.05, 1.1, 1.3), draft_s=0.5, context=200, repeats=1, head_s=0.05)
+    events = run_checked(tiny_pair, PROMPT, head_config(k_policy="cost", max_new_tokens=40), costs=table)
+    asked = [e.k for e in events]
+    assert asked[0] > 0 and asked.count(0) >= 30  # it drafts at first (the prior), then pauses
+    assert sum(1 for k in asked[: asked.index(0)] if k > 0) <= 8  # within a few steps
+    assert all(e.paused for e in events if e.k == 0)
+
+
+def test_sampling_proposes_every_draft_however_unsure(tiny_pair, unsure_head_file, monkeypatch):
+    """The floor is greedy's (measured on greedy runs); a sampled run proposes what it drew."""
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: unsure_head_file)
+    events = run_checked(tiny_pair, PROMPT, head_config(k=3, temperature=0.8, max_new_tokens=12))
+    assert sum(len(e.drafted) for e in events) > 0 and not any(e.withdrawn_why for e in events)
+
+
+def test_the_step_panel_says_why_an_unsure_draft_was_left_out():
+    from app.step_panel import render_panel
+    from specdec.core.detail import explain
+    from specdec.core.events import StepEvent
+    from specdec.core.proposers.head import unsure_reason
+
+    why = unsure_reason(0, 0.04, 0.1)
+    event = StepEvent(step=3, drafted=(), accepted=0, emitted=(7,), kind="plain", p_target=(), p_draft=(), draft_s=0.001,
+                      verify_s=0.01, total_tokens=4, elapsed_s=0.1, emitted_text=("x",), drafted_text=(), margins=(1.0,),
+                      k=2, withdrawn_why=why)
+    html = render_panel(explain(event))
+    assert "nothing was drafted: the head was unsure of its first draft (top probability 0.04, under 0.10)" in html
+
+
 # --- sampling: the engine's chi-square test (tests/test_engine_sampling.py) with the head drafting ---
 
 SHARPNESS = 0.6  # the head's logits are this times the target's (before the temperature)

@@ -79,7 +79,10 @@ class Decoding:
                 yield event
             if event.finish is not None:
                 return
-            self.policy.update(choice, len(event.drafted), event.accepted, checked.drafter or who)  # counts only, never the clock
+            # A draft the drafter withdrew as unsure counts as drafted and turned down: the estimate stays
+            # the acceptance of what it would have drafted, and falls on text where it is always unsure.
+            drafted = len(event.drafted) + (1 if checked.withdrawn_why else 0)
+            self.policy.update(choice, drafted, event.accepted, checked.drafter or who)  # counts only, never the clock
 
     def commit(self, step: int, checked: Checked, choice: Choice, k: int) -> StepEvent:
         """Keep what the target accepted (the caches rolled back to it) and describe the step."""
@@ -106,7 +109,7 @@ class Decoding:
             emitted_text=tuple(emitted_text), drafted_text=tuple(accepted_text + rejected_text),
             margins=tuple(checked.margins[: len(kept.emitted)]), k=k, greedy=self.config.greedy, finish=kept.finish,
             paused=choice.paused, drafter=checked.drafter if drafted else "", predicted_tok_s=choice.predicted_tok_s,
-            paused_why=choice.why,
+            paused_why=choice.why, withdrawn_why=checked.withdrawn_why,
         )
 
 

@@ -175,6 +175,7 @@ class StepExplanation:
     engine: str = OUR_ENGINE  # who produced the step (StepEvent.engine)
     unseen_rejected: int = 0  # rejected drafts the engine counted but did not name (no row of their own)
     paused_why: str = ""  # the cost K policy chose a plain step: why drafting would not pay here (c, alpha)
+    withdrawn_why: str = ""  # the drafter left out an unsure draft (StepEvent.withdrawn_why)
 
     @property
     def accepted(self) -> int:
@@ -208,4 +209,5 @@ def explain(event: StepEvent, detail: StepDetail | None = None) -> StepExplanati
         token_text=event.emitted_text[-1] if has_token else None,
         token_margin=event.margins[-1] if has_token and event.margins is not None else None, detail=detail,
         engine=event.engine, unseen_rejected=event.unseen_rejected, paused_why=event.paused_why,
+        withdrawn_why=event.withdrawn_why,
     )

@@ -51,6 +51,7 @@ class StepEvent:
     unseen_rejected: int = 0  # rejected draft tokens the engine counted but did not name (not in `drafted`)
     predicted_tok_s: float | None = None  # tokens/s the cost K policy predicted for this step at its K (None: another policy)
     paused_why: str = ""  # on a paused step: why drafting would not pay, with this machine's c and the acceptance so far
+    withdrawn_why: str = ""  # the drafter left out an unsure draft after `drafted` (all of it when nothing was drafted): why
 
     @property
     def n_drafted(self) -> int:

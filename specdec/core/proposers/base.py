@@ -18,6 +18,7 @@ class Draft:
     q: torch.Tensor | None  # (K, V) the proposer's probabilities at each drafted position; None: deterministic (one-hot on ids)
     drafter: str  # who drafted: a proposer's name ("model", "lookup"), "" when nothing was drafted
     counted: torch.Tensor | None = None  # 0-d on the device: how many of the K count (an early stop decided there); None: all K
+    withdrawn_why: str = ""  # the drafter left out a draft it was unsure of (after the K ids): why, for the step's event
 
 
 class Run(Protocol):

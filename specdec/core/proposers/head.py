@@ -16,12 +16,20 @@ cache holds one position per pair. The protocol (docs/head.md):
 
 The features come from the check the runner just made (`run.target.features`, every row of the
 pass: both runners keep them), so the head costs the target nothing.
+
+Unsure drafts are left out (greedy runs): the head proposes its drafts up to the first whose top
+probability is under UNSURE_BELOW, and none when the first one is. Such a draft is rarely accepted
+(2 of 68 on the held-out and bench prompts, greedy, the shipped head: docs/head.md), and checking
+it costs a row of the target's pass and the head's later steps. The decision reads q before the
+token is chosen, so the output is unchanged; it costs one read of the top probability per draft.
+The step counts a left-out draft as drafted and turned down (specdec.core.decoding), so the cost
+policy learns that drafting does not pay where the head is always unsure (a translation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,6 +37,8 @@ from specdec.core.acceptance import race_sample
 from specdec.core.head import HeadRun
 from specdec.core.proposers.base import Draft, nothing
 from specdec.core.sampling import probs_from_logits
+
+UNSURE_BELOW = 0.1  # a greedy draft whose top probability is under this is left out (module docstring)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class HeadSource:
     label: str = ""  # which head file, for the status line
     digest: str = ""  # the head file's tensors digest: what its measured step is keyed by (specdec.measure.cost_table)
     prior: float | None = None  # the acceptance the cost K policy starts from: the head file's own validation figure (None: the recorded one)
+    unsure_below: float = UNSURE_BELOW  # greedy drafts under this top probability are left out (0: every draft is proposed)
 
 
 class HeadProposer:
@@ -62,16 +73,22 @@ class HeadProposer:
         if self.predicted is None:
             return nothing(run.device)
         cfg, feature = self.config, self.predicted
-        ids, qs = [], []
+        floor = self.source.unsure_below if cfg.greedy else 0.0
+        ids, qs, why = [], [], ""
         for i in range(k):
             logits = self.head.logits(feature)[:, : self.source.vocab_size]  # (1, V), -inf outside the head's vocabulary
             q = probs_from_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)  # (1, V)
+            if floor > 0 and (top := q.max().item()) < floor:
+                why = unsure_reason(i, top, floor)
+                break
             token = logits.argmax(dim=-1) if cfg.greedy else race_sample(q, self.generator)  # (1,)
             ids.append(token)
             qs.append(q)
             if i < k - 1:
                 feature = self.head.step(feature, token)  # (1, H) on its own prediction
-        return Draft(torch.cat(ids), torch.cat(qs), self.name)
+        if not ids:
+            return replace(nothing(run.device), withdrawn_why=why)
+        return Draft(torch.cat(ids), torch.cat(qs), self.name, withdrawn_why=why)
 
     def settle(self, run, kept_from: int, accepted: int, length: int) -> None:
         """Drop the drafted steps and read the check's real features of the positions kept."""
@@ -82,3 +99,10 @@ class HeadProposer:
 
     def close(self, run) -> None:
         self.head = self.predicted = None
+
+
+def unsure_reason(position: int, top: float, floor: float) -> str:
+    """Why the head left out its draft at `position` (0-based), for the step's event."""
+    which = "its first draft" if position == 0 else f"draft {position + 1}"
+    return (f"the head was unsure of {which} (top probability {top:.2f}, under {floor:.2f}): "
+            "a draft that unsure is rarely accepted, and checking it costs a row of the target's pass")

@@ -38,6 +38,7 @@ class Checked:
     drafter: str  # who drafted: a proposer's name, or "" (nothing)
     draft_s: float
     verify_s: float
+    withdrawn_why: str = ""  # the drafter left out an unsure draft after these (Draft.withdrawn_why)
 
 
 class Runner:
@@ -82,7 +83,7 @@ class Runner:
         self.clock.mark(2)
         values = packed.tolist()  # the step's one read from the device
         self._step = (draft.ids, token)
-        return unpack(values, len(head), draft.ids.shape[0], draft.drafter, self.clock.seconds())
+        return unpack(values, len(head), draft.ids.shape[0], draft.drafter, self.clock.seconds(), draft.withdrawn_why)
 
     def accept(self, draft: Draft, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The lossless rule: (drafts kept, the target's next token), 0-d device tensors. logits, probs: (K+1, V)."""
@@ -177,11 +178,12 @@ def pack(head: list[torch.Tensor], ids: torch.Tensor, probs: torch.Tensor, q: to
                       (top2[:, 0] - top2[:, 1]).double()])
 
 
-def unpack(values: list[float], heads: int, k: int, drafter: str, seconds: tuple[float, float]) -> Checked:
+def unpack(values: list[float], heads: int, k: int, drafter: str, seconds: tuple[float, float],
+           withdrawn_why: str = "") -> Checked:
     """The host's side of pack: values as read, `heads` head values, K drafts. A third head value
     (the drafts that count) cuts the drafts, their p and q to that many."""
     counted = int(values[2]) if heads > 2 else k
     body = values[heads:]
     return Checked(drafted=[int(t) for t in body[:counted]], accepted=int(values[0]), token=int(values[1]),
                    p_target=body[k : k + counted], p_draft=body[2 * k : 2 * k + counted], margins=body[3 * k :],
-                   drafter=drafter, draft_s=seconds[0], verify_s=seconds[1])
+                   drafter=drafter, draft_s=seconds[0], verify_s=seconds[1], withdrawn_why=withdrawn_why)
