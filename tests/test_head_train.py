@@ -235,3 +235,72 @@ def test_answers_in_a_batch_equal_each_prompt_answered_alone_and_rows_that_end_l
         assert seq.top_ids[:, 0].tolist() == want.top_ids[:, 0].tolist()
         assert seq.top_ids[len(p) - 1 : -1, 0].tolist() == seq.ids[len(p) :].tolist()  # greedy: each answer token is the label before it
         torch.testing.assert_close(seq.top_logp, want.top_logp, atol=1e-3, rtol=1e-3)
+
+
+# --- EAGLE-3's fused features (an ablation: scripts/head_ablation.py) -----------------------------------
+
+def test_the_kept_layers_rows_equal_the_targets_recomputed_hidden_states(tiny_pair):
+    """Answers and read text keep the rows after the low and middle layers beside the features, the
+    same the target computes over the whole sequence from scratch, and a shard keeps them whole."""
+    from specdec.train.collect import answer, fused_layers, read_features
+    from specdec.train.data import read_shard, write_shard
+
+    layers = fused_layers(tiny_pair.target.config)
+    answered = answer(tiny_pair.target, [[3, 9, 27, 4, 11], [5, 8]], 10, set(), 0, layers)
+    read = read_features(tiny_pair.target, [[7, 8, 9, 10, 11, 12]], layers)
+    for seq in answered + read:
+        with torch.no_grad():
+            states = tiny_pair.target.model(input_ids=seq.ids[None], output_hidden_states=True).hidden_states
+        want = torch.stack([states[i][0] for i in layers], dim=1)  # (n, 2, H)
+        assert seq.layers.shape == want.shape
+        torch.testing.assert_close(seq.layers.float(), want.to(torch.bfloat16).float(), atol=0.05, rtol=0.05)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "answers-train-00000.safetensors"
+        write_shard(path, answered, "answers")
+        back = read_shard(path)
+        assert all(torch.equal(a.layers, b.layers) for a, b in zip(answered, back))
+        assert back[0].cut(1, 4).layers.shape == (3, 2, tiny_pair.target.config.hidden_size)
+
+
+def test_a_fused_head_starts_as_the_unfused_one_and_learns_its_fusion(tiny_pair):
+    """Fusion's fc starts as [0 ; 0 ; I], so the head's drafts are at first those it makes from the
+    last layer alone; a training step moves the fusion's weights too."""
+    from dataclasses import replace
+
+    from specdec.train.collect import answer, fused_layers
+    from specdec.train.trainer import Trainer, new_head
+    from specdec.train.unroll import unroll
+
+    seq = answer(tiny_pair.target, [[3, 9, 27, 4, 11, 6, 2]], 12, set(), 0, fused_layers(tiny_pair.target.config))[0]
+    recipe = replace(TINY, fusion=True)
+    target = tiny_pair.target
+    trainer = Trainer(new_head(target, recipe, 0), target.get_input_embeddings(), target.get_output_embeddings().weight, recipe, False)
+    with torch.no_grad():
+        feats, embeds = seq.features.float()[None], target.get_input_embeddings()(seq.ids[None].clone()).float()
+        fused = unroll(trainer.head, feats, embeds, 2, trainer.fusion(feats, seq.layers.float()[None]))
+        alone = unroll(trainer.head, feats, embeds, 2)
+    for a, b in zip(fused, alone):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    before = trainer.fusion.fc.weight.detach().clone()
+    parts = trainer.step([seq], 3e-3)
+    assert torch.isfinite(torch.tensor(parts["loss"])) and not torch.equal(before, trainer.fusion.fc.weight)
+
+
+def test_head_train_refuses_fused_features_and_an_older_folder_still_opens(tiny_pair, text_root, tmp_path):
+    from dataclasses import replace
+
+    from specdec.kernels.head_offer import target_key
+    from specdec.train.data import write_json
+    from specdec.train.run import Workspace, train
+
+    with pytest.raises(ValueError, match="a head with fused features cannot draft yet"):
+        train(tiny_pair, replace(TINY, fusion=True), Plan(seed=0, answers=8, code_tokens=600, steps=1), tmp_path / "w",
+              tmp_path / "h.safetensors", bars=False, root=text_root)
+    older = {k: v for k, v in TINY.as_dict().items() if k != "fusion"}  # a folder written before the field existed
+    (tmp_path / "old").mkdir()
+    write_json(tmp_path / "old" / "plan.json", {"target": target_key(tiny_pair), "recipe": older, "plan": Plan().as_dict(), "elapsed": 0.0})
+    assert Workspace.open(tmp_path / "old", target_key(tiny_pair), TINY, Plan()).record["recipe"] == older
+    with pytest.raises(ValueError, match="holds a run with other settings"):
+        Workspace.open(tmp_path / "old", target_key(tiny_pair), replace(TINY, fusion=True), Plan())

@@ -31,10 +31,12 @@ class Sequence:
     top_ids: torch.Tensor  # (n, TOP) int64: the target's most likely next tokens, most likely first
     top_logp: torch.Tensor  # (n, TOP) float32: their log-probabilities
     answer_from: int = 0  # first position the target generated (0: all of it was read)
+    layers: torch.Tensor | None = None  # (n, 2, H) bf16: the target's hidden states after a low and a middle layer (Recipe.fusion); None: not kept
 
     def cut(self, start: int, end: int) -> "Sequence":
+        layers = self.layers[start:end] if self.layers is not None else None
         return Sequence(self.ids[start:end], self.features[start:end], self.top_ids[start:end], self.top_logp[start:end],
-                        max(0, self.answer_from - start))
+                        max(0, self.answer_from - start), layers)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -51,6 +53,8 @@ def write_shard(path: Path, sequences: list[Sequence], kind: str) -> None:
         "top_ids": torch.cat([s.top_ids for s in sequences]).to(torch.int32),
         "top_logp": torch.cat([s.top_logp for s in sequences]).float().contiguous(),
     }
+    if all(s.layers is not None for s in sequences):
+        tensors["layers"] = torch.cat([s.layers for s in sequences]).to(torch.bfloat16).contiguous()
     partial = path.with_name(f".{path.name}.partial")
     save_file(tensors, partial, metadata={"kind": kind})
     os.replace(partial, path)
@@ -66,12 +70,15 @@ def read_shard(path: Path) -> list[Sequence] | None:
         lengths, starts = t["lengths"].tolist(), t["answer_from"].tolist()
         if not sum(lengths) == t["ids"].shape[0] == t["features"].shape[0] == t["top_ids"].shape[0] == t["top_logp"].shape[0]:
             return None
+        layers = t.get("layers")
+        if layers is not None and layers.shape[0] != t["ids"].shape[0]:
+            return None
     except (OSError, SafetensorError, KeyError, RuntimeError):
         return None
     out, at = [], 0
     for n, start in zip(lengths, starts):
         out.append(Sequence(t["ids"][at : at + n].long(), t["features"][at : at + n], t["top_ids"][at : at + n].long(),
-                            t["top_logp"][at : at + n], start))
+                            t["top_logp"][at : at + n], start, layers[at : at + n] if layers is not None else None))
         at += n
     return out
 

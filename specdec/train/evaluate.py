@@ -79,14 +79,16 @@ def draft_tokens(judge_with: Judge, rows: torch.Tensor, predicted: torch.Tensor)
 
 
 @torch.no_grad()
-def judge(head: HeadWeights, sequences: list[Sequence], judge_with: Judge, depth: int) -> Verdict:
-    """Acceptance by position 1..depth over the drafts of answer tokens (every token, for read text)."""
+def judge(head: HeadWeights, sequences: list[Sequence], judge_with: Judge, depth: int, fusion=None) -> Verdict:
+    """Acceptance by position 1..depth over the drafts of answer tokens (every token, for read text).
+    fusion: EAGLE-3's fused input (specdec/train/fusion.py) where the head was trained with it."""
     counts, loss_sum, loss_n, walks = empty_counts(depth), 0.0, 0, []
     dt, device = head.dtype, head.norm.weight.device
     subset_rows = judge_with.rows.to(dt)
     for s in sequences:
         feats = s.features.to(device, dt)  # (n, H)
-        steps = unroll(head, feats[None], judge_with.embed(s.ids.to(device)).to(dt)[None], depth)
+        read = fusion(feats, s.layers.to(device, dt))[None] if fusion is not None else None
+        steps = unroll(head, feats[None], judge_with.embed(s.ids.to(device)).to(dt)[None], depth, read)
         steps = [x[0] for x in steps]  # (n-1, H) each
         n, greedy = len(s), s.top_ids[:, 0]
         first = max(0, s.answer_from - 1)  # the first start whose first draft is an answer token

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.train.collect import answer, read_features
+from specdec.train.collect import answer, fused_layers, read_features
 from specdec.train.corpus import chunks, documents
 from specdec.train.data import read_shard, shard_path, write_shard
 from specdec.train.prompts import functions_of, written
@@ -62,9 +62,18 @@ def alike_in_length(prompts: list[str], group: int) -> list[str]:
     return [p for i in range(0, len(prompts), group) for p in sorted(prompts[i : i + group], key=len)]
 
 
+def kept(pair, recipe: Recipe) -> tuple[int, int] | None:
+    """The target's layers whose rows the data keeps beside its features (Recipe.fusion), else None."""
+    return fused_layers(pair.target.config) if recipe.fusion else None
+
+
 def answer_shard(pair, recipe: Recipe, prompts: list[str]) -> list:
     ids = [pair.encode_prompt(p, pair.chat, recipe.answer_tokens) for p in prompts]
-    return answer(pair.target, ids, recipe.answer_tokens, set(pair.eos_ids), pair.tokenizer.pad_token_id or 0)
+    return answer(pair.target, ids, recipe.answer_tokens, set(pair.eos_ids), pair.tokenizer.pad_token_id or 0, kept(pair, recipe))
+
+
+def text_shard(pair, recipe: Recipe, chunks: list[list[int]]) -> list:
+    return read_features(pair.target, chunks, kept(pair, recipe))
 
 
 def ensure(path: Path, make: Callable[[], list], kind: str) -> int:
@@ -82,7 +91,7 @@ def held_out(pair, recipe: Recipe, sources: Sources, folder: Path, bar) -> None:
     for i in range(0, len(val_prompts), recipe.answer_batch):
         bar(ensure(shard_path(folder, "answers", "val", i // recipe.answer_batch),
                    lambda: answer_shard(pair, recipe, val_prompts[i : i + recipe.answer_batch]), "answers"))
-    bar(ensure(shard_path(folder, "code", "val", 0), lambda: read_features(pair.target, sources.val_chunks), "code"))
+    bar(ensure(shard_path(folder, "code", "val", 0), lambda: text_shard(pair, recipe, sources.val_chunks), "code"))
 
 
 def answers_phase(pair, recipe: Recipe, sources: Sources, folder: Path, count: int | None, until: float, bar) -> int:
@@ -118,6 +127,6 @@ def code_phase(pair, recipe: Recipe, sources: Sources, folder: Path, tokens: int
         batch = [c for c in batch if c]
         if not batch:
             break
-        done += ensure(shard_path(folder, "code", "train", index), lambda: read_features(pair.target, batch), "code")
+        done += ensure(shard_path(folder, "code", "train", index), lambda: text_shard(pair, recipe, batch), "code")
         bar(sum(map(len, batch)))
     return done

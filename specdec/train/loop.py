@@ -76,7 +76,7 @@ class Loop:
         """The head judged on the held-out answers (which=0) or read text (1), the first `limit` sequences."""
         sequences = (self.answers, self.reads)[which][:limit]
         with self.trainer.autocasting():
-            return judge(self.trainer.head, sequences, self.judges[which], self.recipe.eval_depth)
+            return judge(self.trainer.head, sequences, self.judges[which], self.recipe.eval_depth, self.trainer.fusion)
 
     def run(self, space, clock, bars: bool) -> dict:
         from tqdm.auto import tqdm

@@ -31,6 +31,7 @@ class Recipe:
     val_answers: int = 32  # held-out self-distilled answers (the validation figures)
     val_chunks: int = 16  # held-out chunks of read text
     eval_depth: int = 6  # draft positions the validation figures cover
+    fusion: bool = False  # EAGLE-3's features: the target's low and middle layers' rows fused with its last (3H -> H) into the head's input; the data keeps them (an ablation so far: docs/benchmarks.md)
 
     def as_dict(self) -> dict:
         return asdict(self)

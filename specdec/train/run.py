@@ -54,7 +54,8 @@ class Workspace:
         if record is None:
             write_json(folder / "plan.json", fresh)
             return cls(folder, fresh)
-        if record["target"] != key or record["recipe"] != recipe.as_dict() or record["plan"]["seed"] != plan.seed:
+        kept = {**Recipe().as_dict(), **record["recipe"]}  # a field added since ran at its default (the old behaviour)
+        if record["target"] != key or kept != recipe.as_dict() or record["plan"]["seed"] != plan.seed:
             raise ValueError(f"the working folder {folder} holds a run with other settings (target, recipe or seed); "
                              "pass another --work folder, or delete that one to start again")
         for name in ("answers", "code_tokens", "steps"):
@@ -104,6 +105,9 @@ def train(pair, recipe: Recipe, plan: Plan, work: Path, out: Path, bars: bool = 
     from specdec.kernels.head_store import save_head
     from specdec.train.loop import Loop
 
+    if recipe.fusion:
+        raise ValueError("a head with fused features cannot draft yet (the runners hand it the last layer's rows only): "
+                         "it is measured by scripts/head_ablation.py, not trained for use")
     key = target_key(pair)
     space = Workspace.open(Path(work), key, recipe, plan)
     clock = Clock(space.record["elapsed"])

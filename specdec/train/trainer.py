@@ -17,6 +17,7 @@ from torch import nn
 
 from specdec.core.head import HeadShape, HeadWeights
 from specdec.train.data import Sequence
+from specdec.train.fusion import Fusion
 from specdec.train.objective import batch_vocabulary, soft_labels, step_losses
 from specdec.train.recipe import Recipe
 from specdec.train.unroll import unroll
@@ -104,6 +105,17 @@ def padded(windows: list[Sequence]) -> tuple[torch.Tensor, ...]:
     return ids, feats, top_ids, top_logp, valid
 
 
+def padded_layers(windows: list[Sequence]) -> torch.Tensor:
+    """-> (B, T, 2, H) bf16: the windows' low and middle layers' rows (Recipe.fusion), padded at the end."""
+    b, length, h = len(windows), max(len(w) for w in windows), windows[0].features.shape[1]
+    out = torch.zeros(b, length, 2, h, dtype=torch.bfloat16)
+    for r, w in enumerate(windows):
+        if w.layers is None:
+            raise ValueError("the head is trained with fused features (Recipe.fusion), and this data kept no layers' rows")
+        out[r, : len(w)] = w.layers
+    return out
+
+
 def learning_rate(recipe: Recipe, step: int, steps: int) -> float:
     warm = max(1, int(0.05 * steps))
     if step < warm:
@@ -120,7 +132,16 @@ class Trainer:
         self.device = lm_weight.device
         self.lm_weight = lm_weight.detach()  # (V, H) the target's lm_head, frozen (each batch takes its rows)
         self.autocast = autocast  # bf16 autocast (where the pair itself runs in bf16), float32 weights
-        self.optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        shape = head.shape
+        self.fusion = Fusion(shape.hidden, shape.eps).to(self.device) if recipe.fusion else None  # EAGLE-3's fused input
+        trained = list(head.parameters()) + (list(self.fusion.parameters()) if self.fusion is not None else [])
+        self.optimizer = torch.optim.AdamW(trained, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
+
+    def read(self, feats: torch.Tensor, batch: list[Sequence]) -> torch.Tensor | None:
+        """What the head reads of the batch's real pairs: the fused rows (B, T, H), or None (the features)."""
+        if self.fusion is None:
+            return None
+        return self.fusion(feats, padded_layers(batch).to(self.device).float())
 
     def step(self, batch: list[Sequence], lr: float) -> dict:
         """One optimizer step on `batch`; the losses by draft step."""
@@ -133,7 +154,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self.autocasting():
-            steps = unroll(self.head, feats.float(), embeds, self.recipe.depth)
+            steps = unroll(self.head, feats.float(), embeds, self.recipe.depth, self.read(feats.float(), batch))
             total, parts = 0.0, {}
             for s, predicted in enumerate(steps, start=1):
                 cross, regression = step_losses(predicted, feats, labels, rows, valid, s)
@@ -141,7 +162,7 @@ class Trainer:
                 parts[f"ce{s}"] = cross.item()
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for group in self.optimizer.param_groups for p in group["params"]], 1.0)
         self.optimizer.step()
         parts["loss"] = total.item()
         return parts
@@ -152,7 +173,8 @@ class Trainer:
     def save(self, path: Path, state: dict) -> None:
         """The head, the optimizer and `state` (step, curve ...), written whole or not at all."""
         partial = Path(path).with_name(f".{Path(path).name}.partial")
-        torch.save({"head": self.head.state_dict(), "optimizer": self.optimizer.state_dict(), **state}, partial)
+        fusion = {"fusion": self.fusion.state_dict()} if self.fusion is not None else {}
+        torch.save({"head": self.head.state_dict(), "optimizer": self.optimizer.state_dict(), **fusion, **state}, partial)
         os.replace(partial, path)
 
     def restore(self, path: Path) -> dict | None:
@@ -162,5 +184,7 @@ class Trainer:
         except (OSError, RuntimeError, EOFError):
             return None
         self.head.load_state_dict(saved.pop("head"))
+        if self.fusion is not None:
+            self.fusion.load_state_dict(saved.pop("fusion"))
         self.optimizer.load_state_dict(saved.pop("optimizer"))
         return saved

@@ -45,17 +45,19 @@ def draft_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, own_k: li
     return out.reshape(b, heads, t, d)
 
 
-def unroll(head: HeadWeights, features: torch.Tensor, embeds: torch.Tensor, depth: int) -> list[torch.Tensor]:
+def unroll(head: HeadWeights, features: torch.Tensor, embeds: torch.Tensor, depth: int,
+           read: torch.Tensor | None = None) -> list[torch.Tensor]:
     """features (B, T, H): f_0..f_{T-1}; embeds (B, T, H): the embeddings of tokens 0..T-1.
     -> `depth` tensors (B, T-1, H): step s's prediction from position t, which stands for
     f_{t+s}. Positions with t + s > T - 1 have no real token to read; they are computed on
-    padding, touch no other position, and the loss masks them."""
+    padding, touch no other position, and the loss masks them. read (B, T, H): what the head reads
+    of the real pairs in place of the features (EAGLE-3's fused rows: specdec/train/fusion.py)."""
     length = features.shape[1] - 1
     dt = features.dtype
     cos, sin = head.rotary(torch.arange(length + depth, device=features.device), dt)
     pad = embeds[:, -1:].expand(-1, depth, -1)
     tokens = torch.cat([embeds, pad], dim=1)  # (B, T + depth, H): token t+s for every t < T-1
-    x = head.inputs(features[:, :-1], tokens[:, 1 : 1 + length])
+    x = head.inputs((features if read is None else read)[:, :-1], tokens[:, 1 : 1 + length])
     normed = head.input_layernorm(x)
     k, v = head.keys_values(normed, cos[:length], sin[:length])
     out = head.finish(x, real_attention(head.queries(normed, cos[:length], sin[:length]), k, v))
