@@ -302,5 +302,5 @@ def test_head_train_refuses_fused_features_and_an_older_folder_still_opens(tiny_
     (tmp_path / "old").mkdir()
     write_json(tmp_path / "old" / "plan.json", {"target": target_key(tiny_pair), "recipe": older, "plan": Plan().as_dict(), "elapsed": 0.0})
     assert Workspace.open(tmp_path / "old", target_key(tiny_pair), TINY, Plan()).record["recipe"] == older
-    with pytest.raises(ValueError, match="holds a run with other settings"):
+    with pytest.raises(ValueError, match=r"holds a run with other settings: fusion False \(given True\)"):
         Workspace.open(tmp_path / "old", target_key(tiny_pair), replace(TINY, fusion=True), Plan())

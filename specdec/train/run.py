@@ -55,9 +55,13 @@ class Workspace:
             write_json(folder / "plan.json", fresh)
             return cls(folder, fresh)
         kept = {**Recipe().as_dict(), **record["recipe"]}  # a field added since ran at its default (the old behaviour)
-        if record["target"] != key or kept != recipe.as_dict() or record["plan"]["seed"] != plan.seed:
-            raise ValueError(f"the working folder {folder} holds a run with other settings (target, recipe or seed); "
-                             "pass another --work folder, or delete that one to start again")
+        given = recipe.as_dict()
+        differ = [f"{name} {kept[name]} (given {given[name]})" for name in given if kept.get(name) != given[name]]
+        differ += ["target"] if record["target"] != key else []
+        differ += [f"seed {record['plan']['seed']} (given {plan.seed})"] if record["plan"]["seed"] != plan.seed else []
+        if differ:
+            raise ValueError(f"the working folder {folder} holds a run with other settings: {', '.join(differ)}; "
+                             "pass those settings to resume it, another --work folder, or delete that one to start again")
         for name in ("answers", "code_tokens", "steps"):
             given, kept = getattr(plan, name), record["plan"].get(name)
             if given is not None and kept is not None and given != kept:
