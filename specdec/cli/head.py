@@ -24,7 +24,7 @@ def add_head_command(sub) -> None:
     for name in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike"):
         default = getattr(TRAIN_DEFAULTS, name)
         t.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=f"recipe: {name} (default {default})")
-    t.add_argument("--init", choices=("last-layer", "random"), default=TRAIN_DEFAULTS.init, help="the head's start (default last-layer)")
+    t.add_argument("--init", choices=("last-layer", "random"), default=TRAIN_DEFAULTS.init, help=f"the head's start (default {TRAIN_DEFAULTS.init})")
     t.set_defaults(func=cmd_train)
     e = actions.add_parser("eval", help="a head file's top-1 agreement with the target by draft position, on the held-out data")
     _common(e)

@@ -1,7 +1,7 @@
 """How a head is trained (the recipe, recorded in the head file) and how much (the plan, fixed once per run).
 
 The recipe's defaults were chosen by measurement on the embedded pair (docs/benchmarks.md, "A head
-trained here"). The plan says how much data and how many optimizer steps: `--minutes` decides it on
+trained here" and "The head's ablations at equal data"). The plan says how much data and how many optimizer steps: `--minutes` decides it on
 the machine at hand (the data phases run until their share of the time is spent, the step count
 follows from the first steps' speed), and it is written into the working folder and the head file,
 so the same plan given explicitly (`--answers`, `--code-tokens`, `--steps`) with the same seed
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 class Recipe:
     intermediate: int = 2048  # the head's MLP width (the target's is 8960: 41M of a full layer's 51.5M parameters)
     depth: int = 3  # draft steps trained from every position (EAGLE-3's training-time test; 1 = EAGLE-1)
-    init: str = "last-layer"  # "last-layer": attention, norms and the strongest MLP channels of the target's last layer; "random"
+    init: str = "random"  # "random", or "last-layer": attention, norms and the strongest MLP channels of the target's last layer (the shipped head's start; random learned faster at equal data, docs/benchmarks.md)
     window: int = 512  # positions per training sequence (the head's context)
     batch_positions: int = 2048  # positions per optimizer step
     alike: int = 256  # windows sorted by length together before batches are cut (0: batches in random order, as heads before it were trained)
@@ -31,7 +31,7 @@ class Recipe:
     val_answers: int = 32  # held-out self-distilled answers (the validation figures)
     val_chunks: int = 16  # held-out chunks of read text
     eval_depth: int = 6  # draft positions the validation figures cover
-    fusion: bool = False  # EAGLE-3's features: the target's low and middle layers' rows fused with its last (3H -> H) into the head's input; the data keeps them (an ablation so far: docs/benchmarks.md)
+    fusion: bool = False  # EAGLE-3's features: the target's low and middle layers' rows fused with its last (3H -> H) into the head's input; the data keeps them (an ablation: a tie with the last layer alone at equal data, docs/benchmarks.md)
 
     def as_dict(self) -> dict:
         return asdict(self)
