@@ -78,7 +78,10 @@ def test_awkward_text_is_served_and_escaped(visitor):
 
 def test_a_failed_pair_switch_leaves_the_app_serving(visitor):
     status = visitor.run(prompt="def f(x):", pair="smollm2-1.7b/135m")[0]
-    assert status.startswith("Not started: could not load pair 'smollm2-1.7b/135m'; tried"), status
+    # Offline it cannot be loaded; where less RAM is free than it needs (the test process holds other
+    # models), it is refused before the attempt. Either way the switch fails with a named reason.
+    refusals = ("Not started: could not load pair 'smollm2-1.7b/135m'; tried", "Not started: pair 'smollm2-1.7b/135m' needs about ")
+    assert status.startswith(refusals), status
     status = visitor.run(prompt="def f(x):", max_new_tokens=8)[0]
     assert status.startswith("tiny-random on cpu (fp32)"), status
 
