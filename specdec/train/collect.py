@@ -98,8 +98,9 @@ def answer(target, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[i
     a seventh of a token's work on this pair). `layers` (fused_layers): also keep those layers' rows."""
     from transformers import DynamicCache
 
-    device, rows, width = target.device, len(prompts), max(len(p) for p in prompts)
+    device = target.device
     ids, mask = left_padded(prompts, pad_id, device)
+    rows, width = ids.shape
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache(config=target.config)
     asked = layers is not None

@@ -54,9 +54,9 @@ class Workspace:
         if record is None:
             write_json(folder / "plan.json", fresh)
             return cls(folder, fresh)
-        kept = {**Recipe().as_dict(), **record["recipe"]}  # a field added since ran at its default (the old behaviour)
-        given = recipe.as_dict()
-        differ = [f"{name} {kept[name]} (given {given[name]})" for name in given if kept.get(name) != given[name]]
+        recorded = {**Recipe().as_dict(), **record["recipe"]}  # a field added since ran at its default (the old behaviour)
+        asked = recipe.as_dict()
+        differ = [f"{name} {recorded[name]} (given {asked[name]})" for name in asked if recorded.get(name) != asked[name]]
         differ += ["target"] if record["target"] != key else []
         differ += [f"seed {record['plan']['seed']} (given {plan.seed})"] if record["plan"]["seed"] != plan.seed else []
         if differ:
