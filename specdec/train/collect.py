@@ -98,9 +98,8 @@ def answer(target, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[i
     a seventh of a token's work on this pair). `layers` (fused_layers): also keep those layers' rows."""
     from transformers import DynamicCache
 
-    device = target.device
-    ids, mask = left_padded(prompts, pad_id, device)
-    rows, width = ids.shape
+    ids, mask = left_padded(prompts, pad_id, target.device)
+    device, (rows, width) = target.device, ids.shape
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache(config=target.config)
     asked = layers is not None
