@@ -184,7 +184,7 @@ def test_on_the_recorded_avx2_table_drafts_that_miss_stop_the_drafting(tmp_path)
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({"format": cost_table.FORMAT, "version": cost_table.VERSION, "costs": {
         "sizes": list(AVX2_FP32.sizes), "target_s": list(AVX2_FP32.target_s), "draft_s": AVX2_FP32.draft_s,
-        "context": 200, "repeats": 3}}), encoding="utf-8")
+        "draft_feed_s": [AVX2_FP32.draft_pass_s(n) for n in AVX2_FP32.sizes], "context": 200, "repeats": 3}}), encoding="utf-8")
     policy = make_policy(GenerationConfig(k=5, k_policy="cost", k_max=16), cost_table.read(path))
     assert isinstance(policy, CostK) and policy.k_max == 7  # one less than its largest pass, 8 tokens
     policy.estimates["model"] = AcceptanceEstimate(0.8)
@@ -278,3 +278,62 @@ def test_the_head_files_prior_is_its_lower_held_out_figure_at_position_1_as_a_ru
     assert validation_prior({"figures": walked}) == pytest.approx(0.47)
     assert validation_prior({"figures": {"acceptance_by_position": [float("nan")]}}) is None
     assert validation_prior({}) is None
+
+
+def test_the_draft_models_catch_up_is_priced():
+    """After plain or lookup steps the draft model's first pass feeds every token it has not read. With
+    a cheap one-token pass (c 0.2) but a 9-token catch-up at 1.5 decode steps, drafting pays when the
+    draft model is caught up and not when it is 9 tokens behind; the pause says what the catch-up costs."""
+    step = 0.05
+    costs = PassCosts((1, 2, 4, 8, 16), tuple(step * f for f in (1.0, 1.02, 1.05, 1.1, 1.2)), 0.2 * step, 200, 3,
+                      draft_feed_s=tuple(step * f for f in (0.2, 0.3, 0.6, 1.3, 2.6)))
+    assert costs.draft_pass_s(1) == costs.draft_s and costs.draft_pass_s(9) == pytest.approx(step * (1.3 + 1.3 / 8))
+    policy = CostK(costs, 5, priors={"model": 0.6, "lookup": 0.6, "head": 0.6})
+    assert policy.choose("model", unseen=1).k > 0
+    behind = policy.choose("model", unseen=9)
+    assert behind.k == 0 and behind.paused
+    assert "reading the 9 tokens it has not seen costs 1.46" in behind.why
+    assert policy.choose("lookup", unseen=9).k > 0  # prompt lookup reads no model: nothing to catch up
+    # the probe that follows 8 plain steps is priced with its catch-up too
+    assert predicted_rate(1, 0.6, costs.draft_s, costs, costs.draft_pass_s(9)) < predicted_rate(1, 0.6, costs.draft_s, costs)
+
+
+def test_without_timed_catch_ups_the_targets_growth_stands_in():
+    costs = PassCosts((1, 4), (0.05, 0.06), 0.01, 200, 3)
+    assert costs.draft_pass_s(4) == pytest.approx(0.012) and costs.draft_pass_s(1) == 0.01
+
+
+def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(tiny_pair, monkeypatch):
+    """Prompt lookup and the draft model take turns (auto), and a draft model dearer than a decode step
+    pauses: each model step is priced with exactly the tokens its first pass feeds, counted here from
+    the events as the draft model reads them, and the probes catch up on the plain steps before them."""
+    from tests.support.runs import run_checked
+
+    asked = []
+    original = CostK.choose
+
+    def spy(self, drafter="model", unseen=1):
+        asked.append((drafter, unseen))
+        return original(self, drafter, unseen)
+
+    monkeypatch.setattr(CostK, "choose", spy)
+    prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
+    costs = PassCosts((1, 2, 3, 4, 6, 8, 12, 16), tuple(0.01 * (1 + 0.03 * n) for n in (1, 2, 3, 4, 6, 8, 12, 16)), 0.012, 200, 3)
+    config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", max_new_tokens=40)
+    events = run_checked(tiny_pair, prompt, config, costs=costs)
+    assert len(asked) == len(events)
+    position, read = 0, -1  # tokens generated so far; where the draft model has read to (-1: the prompt but its last token)
+    seen_behind = False
+    for (drafter, unseen), event in zip(asked, events):
+        if drafter == "model":
+            assert unseen == position - read, (event.step, unseen, position - read)
+            seen_behind |= unseen > 2
+            if event.drafted:
+                d, a = len(event.drafted), event.accepted
+                read = position + min(a, d - 1)
+        position += len(event.emitted)
+    assert seen_behind  # a probe came after plain steps and caught up on them
+    from specdec.bench.predictions import catch_ups
+
+    asked_of_model = {e.step: unseen for (drafter, unseen), e in zip(asked, events) if drafter == "model" and e.drafted}
+    assert catch_ups(events) == asked_of_model  # what bench --predictions prices is what the policy was asked

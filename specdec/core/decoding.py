@@ -71,7 +71,7 @@ class Decoding:
                 return
             proposer = pick(self.proposers, self.seq)
             who = proposer.name if proposer is not None else ""
-            choice = self.policy.choose(who)
+            choice = self.policy.choose(who, proposer.unseen(self.seq) if proposer is not None else 1)
             k = min(choice.k, self.config.max_new_tokens - self.total - 1)  # room for the target's own token
             checked = self.runner.check(self.seq, proposer, k)
             event = self.commit(step, checked, choice, k)

@@ -9,7 +9,9 @@ Three policies, one per `GenerationConfig.k_policy` (config.K_POLICIES):
       rate(K) = E(alpha, K) / (K * draft_s + target_s(K + 1)),   E = (1 - alpha^(K+1)) / (1 - alpha)
 
   (Leviathan et al. 2023's expected tokens per pass, specdec.core.theory), with rate(0) = 1 / target_s(1),
-  the plain decoding step of the same target. draft_s and target_s come from a cost table measured
+  the plain decoding step of the same target. The draft model's first pass of a step feeds every
+  token it has not seen (after plain or lookup steps, all of theirs), so it is priced as that pass,
+  draft_s(n), and the K - 1 after it as one-token passes. draft_s and target_s come from a cost table measured
   before the run (specdec.measure.cost_table); a drafting step also pays its overhead outside the
   timed passes (step_overhead_s); alpha from the acceptance counted so far (AcceptanceEstimate),
   which starts from the drafter's recorded acceptance (specdec.core.recorded_acceptance), not from
@@ -56,12 +58,14 @@ class Costs(Protocol):
 
     def target_pass_s(self, n: float) -> float: ...  # seconds of one target pass over n tokens
 
+    def draft_pass_s(self, n: float) -> float | None: ...  # seconds of a draft-model pass that feeds n tokens
+
 
 class FixedK:
     def __init__(self, k: int):
         self.k = k
 
-    def choose(self, drafter: str = "model") -> Choice:
+    def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         return Choice(self.k)
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
@@ -74,7 +78,7 @@ class AdaptiveK:
     def __init__(self, k: int, k_max: int):
         self.k, self.k_max = k, max(k, k_max)
 
-    def choose(self, drafter: str = "model") -> Choice:
+    def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         return Choice(self.k)
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
@@ -123,24 +127,30 @@ def step_overhead_s(costs: Costs) -> float:
     return float(own) if own is not None else OVERHEAD_STEPS * costs.target_pass_s(1)
 
 
-def predicted_rate(k: int, alpha: float, draft_s: float, costs: Costs) -> float:
-    """Predicted tokens per second of a step that drafts k tokens (k = 0: a plain decode step)."""
+def predicted_rate(k: int, alpha: float, draft_s: float, costs: Costs, first_s: float | None = None) -> float:
+    """Predicted tokens per second of a step that drafts k tokens (k = 0: a plain decode step).
+    first_s: the step's first draft pass where it costs more than draft_s (a catch-up)."""
     if k == 0:
         return 1.0 / costs.target_pass_s(1)
-    return expected_tokens_per_pass(alpha, k) / (k * draft_s + costs.target_pass_s(k + 1) + step_overhead_s(costs))
+    drafting = (draft_s if first_s is None else first_s) + (k - 1) * draft_s
+    return expected_tokens_per_pass(alpha, k) / (drafting + costs.target_pass_s(k + 1) + step_overhead_s(costs))
 
 
-def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int) -> Choice:
+def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int, first_s: float | None = None, unseen: int = 1) -> Choice:
     """The K in 0..k_max with the highest predicted rate (the smaller K on a tie: drafting must pay)."""
-    rates = [predicted_rate(k, alpha, draft_s, costs) for k in range(k_max + 1)]
+    rates = [predicted_rate(k, alpha, draft_s, costs, first_s) for k in range(k_max + 1)]
     k = max(range(k_max + 1), key=lambda i: (rates[i], -i))
-    return Choice(k, rates[k], paused=k == 0, why=pause_reason(alpha, draft_s, costs) if k == 0 else "")
+    why = pause_reason(alpha, draft_s, costs, first_s, unseen) if k == 0 else ""
+    return Choice(k, rates[k], paused=k == 0, why=why)
 
 
-def pause_reason(alpha: float, draft_s: float, costs: Costs) -> str:
-    """Why a step drafts nothing, in the machine's own figures: c, alpha and the check's cost."""
+def pause_reason(alpha: float, draft_s: float, costs: Costs, first_s: float | None = None, unseen: int = 1) -> str:
+    """Why a step drafts nothing, in the machine's own figures: c, alpha and the check's cost (and
+    the catch-up, where the draft model would first read tokens it has not seen)."""
     step = costs.target_pass_s(1)
-    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}, \u03b1 = {alpha:.2f}, "
+    catch_up = (f", reading the {unseen} tokens it has not seen costs {first_s / step:.2f}"
+                if first_s is not None and unseen > 1 else "")
+    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}{catch_up}, \u03b1 = {alpha:.2f}, "
             f"checking 2 tokens costs {costs.target_pass_s(2) / step:.2f} decode steps")
 
 
@@ -160,7 +170,8 @@ class CostK:
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. The draft
     model costs the table's draft_s per token, the head the table's head_s (its own measured step:
     specdec.measure.cost_table). Each drafter's estimate starts from `priors` (drafter -> alpha;
-    default: the recorded acceptance of specdec.core.recorded_acceptance).
+    default: the recorded acceptance of specdec.core.recorded_acceptance). `unseen`: the tokens the
+    draft model's first pass would feed (its catch-up), priced as the table's draft_pass_s(unseen).
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
@@ -182,11 +193,12 @@ class CostK:
             raise ValueError(f"the cost policy needs the {drafter} drafter's pass cost, and the cost table has none ({why})")
         return float(seconds)
 
-    def choose(self, drafter: str = "model") -> Choice:
-        best = best_choice(self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.k_max)
+    def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
+        alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
+        first_s = self.costs.draft_pass_s(unseen) if drafter == "model" and unseen > 1 else None
+        best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
         if best.k == 0 and self.plain_run >= self.wait:
-            rate = predicted_rate(1, self.estimates[drafter].alpha, self.draft_s(drafter), self.costs)
-            return Choice(1, rate, probe=True)
+            return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
         return best
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:

@@ -4,7 +4,9 @@ policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass c
 static runner pads a check to its fixed shapes: specdec.core.runners.static_model), so each runner has
 its own table.
 
-The draft step is kept per drafter: the draft model's one-token pass (`draft_s`), and the trained
+The draft step is kept per drafter: the draft model's one-token pass (`draft_s`) and its catch-up
+passes over as many tokens as the target's (`draft_feed_s`: a step's first draft pass feeds every
+token the draft model has not seen), and the trained
 head's step (`head_s`: one `step` of its layer and its lm_head rows, timed as a run makes it by
 passcost.time_head_step). A head's step is timed the first time a run with that head asks for the
 table and kept in the same file, keyed by the digest of the head file's tensors: another head file
@@ -35,7 +37,7 @@ from specdec.models.bundle import cache_root
 from specdec.measure.passcost import PassCosts, measure_models, passes_to_time, time_draft, time_head_step
 
 FORMAT = "specdec-costs"
-VERSION = 1
+VERSION = 2  # 2: the draft model's catch-up passes (draft_feed_s); a table of an older version is measured again
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3
@@ -198,7 +200,7 @@ def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
         "format": FORMAT, "version": VERSION, "key": key, "machine": info,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
-                  "head_s": {}, "context": costs.context, "repeats": costs.repeats},
+                  "draft_feed_s": None if costs.draft_feed_s is None else list(costs.draft_feed_s), "head_s": {}, "context": costs.context, "repeats": costs.repeats},
     })
 
 
@@ -242,7 +244,11 @@ def read(path: Path) -> PassCosts | None:
             return None
         if draft_s is not None and not (isinstance(draft_s, (int, float)) and draft_s > 0):
             return None
-        return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]))
+        feeds = None if draft_s is None else tuple(float(t) for t in c["draft_feed_s"])
+        if feeds is not None and (len(feeds) != len(sizes) or not all(t > 0 for t in feeds)):
+            return None
+        return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]),
+                         draft_feed_s=feeds)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

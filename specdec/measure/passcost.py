@@ -1,5 +1,6 @@
 """What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, one
-draft pass, and one draft step of a trained head (time_head_step). Speculative decoding pays where checking K+1 tokens costs about one decode step
+draft pass, the draft's catch-up passes over as many tokens (time_draft_feeds), and one draft step
+of a trained head (time_head_step). Speculative decoding pays where checking K+1 tokens costs about one decode step
 (memory-bound decoding: the weights are read once per pass, however many tokens it scores).
 
 Timing (time_rounds, the one timing loop of the cost table and of `python -m specdec passes`):
@@ -38,18 +39,22 @@ class PassCosts:
     repeats: int
     head_s: float | None = None  # median seconds of one draft step of the run's trained head (None: not timed)
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
+    draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
 
     def target_pass_s(self, n: float) -> float:
-        """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes. A pass over
-        more tokens does all the work of one over fewer, so a size timed faster than a smaller one
-        (noise: a 2-token check timed at 0.96 of the decode step it contains) is read at the smaller's
-        time: the cost policy must not see a check cheaper than a plain step and draft on it for free."""
-        sizes, times = self.sizes, list(itertools.accumulate(self.target_s, max))
-        if len(sizes) == 1:
-            return times[0]
-        i = next((j for j in range(1, len(sizes)) if n <= sizes[j]), len(sizes) - 1)
-        (n0, t0), (n1, t1) = (sizes[i - 1], times[i - 1]), (sizes[i], times[i])
-        return max(t0 + (t1 - t0) * (n - n0) / (n1 - n0), 0.0) if n1 != n0 else t0
+        """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes."""
+        return read_in_order(self.sizes, self.target_s, n)
+
+    def draft_pass_s(self, n: float) -> float | None:
+        """Seconds of a draft-model pass that feeds n tokens and drafts after the last: the first pass
+        of a step catches up on every token the draft model has not seen (the target's tokens of the
+        plain and lookup steps since it last drafted). Where the feeds were not timed, the target's
+        own growth with n stands in. None: the pair has no draft model."""
+        if self.draft_s is None or n <= 1:
+            return self.draft_s
+        if self.draft_feed_s is not None:
+            return max(read_in_order(self.sizes, self.draft_feed_s, n), self.draft_s)
+        return self.draft_s * self.target_pass_s(n) / self.target_pass_s(1)
 
     @property
     def decode_step_s(self) -> float:
@@ -63,6 +68,20 @@ class PassCosts:
     def c(self) -> float | None:
         """One draft pass in decode steps."""
         return self.draft_s / self.decode_step_s if self.draft_s is not None else None
+
+
+def read_in_order(sizes: tuple[int, ...], seconds: tuple[float, ...], n: float) -> float:
+    """Seconds of a pass over n tokens from passes timed over `sizes`, linear between (and beyond)
+    them. A pass over more tokens does all the work of one over fewer, so a size timed faster than a
+    smaller one (noise: a 2-token check timed at 0.96 of the decode step it contains) is read at the
+    smaller's time: the cost policy must not see a check cheaper than a plain step and draft on it
+    for free."""
+    times = list(itertools.accumulate(seconds, max))
+    if len(sizes) == 1:
+        return times[0]
+    i = next((j for j in range(1, len(sizes)) if n <= sizes[j]), len(sizes) - 1)
+    (n0, t0), (n1, t1) = (sizes[i - 1], times[i - 1]), (sizes[i], times[i])
+    return max(t0 + (t1 - t0) * (n - n0) / (n1 - n0), 0.0) if n1 != n0 else t0
 
 
 def _sync(device: torch.device) -> None:
@@ -132,7 +151,7 @@ def _zeros(layer, x: torch.Tensor) -> torch.Tensor:
 
 def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
     """How many timed passes measure_models makes (the length of its progress bar)."""
-    return repeats * (len(sizes) + (1 if with_draft else 0))
+    return repeats * (len(sizes) + (1 + len(sizes) if with_draft else 0))
 
 
 def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None,
@@ -147,8 +166,11 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
     with prefilled(runner, target, vocab_size, context, max(sizes), [(n, False) for n in sizes]) as target_lm:
         time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
         target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
-    draft_s = None if draft is None else time_draft(draft, vocab_size, context, repeats, tick, runner)
-    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats)
+    if draft is None:
+        return PassCosts(tuple(sizes), tuple(target_s), None, len(context), repeats)
+    draft_s = time_draft(draft, vocab_size, context, repeats, tick, runner)
+    feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner)
+    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats, draft_feed_s=tuple(feeds))
 
 
 def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3, tick=None, runner: str = "eager") -> float:
@@ -159,6 +181,18 @@ def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3,
         time_passes(draft_lm, context, (1,), 1, last_only=True)  # a warm-up pass: first calls pay for allocations
         (seconds,) = time_passes(draft_lm, context, (1,), repeats, last_only=True, tick=tick)
     return seconds
+
+
+def time_draft_feeds(draft, vocab_size: int, context_ids: list[int], sizes: tuple[int, ...], repeats: int = 3, tick=None,
+                     runner: str = "eager") -> list[float]:
+    """Median seconds of a draft-model pass feeding n tokens and asking for the last logits (a
+    step's catch-up: specdec.core.proposers.model), for each n in sizes, run by `runner` in the
+    shapes a run claims (a catch-up longer than those runs as the runner runs it then)."""
+    context = list(context_ids[-MAX_CONTEXT:])
+    feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]
+    with prefilled(runner, draft, vocab_size, context, max(sizes), DRAFT_SHAPES) as draft_lm:
+        time_passes(draft_lm, feed, (1,), 1, last_only=True)  # a warm-up pass: first calls pay for allocations
+        return time_passes(draft_lm, feed, sizes, repeats, last_only=True, tick=tick)
 
 
 def time_head_step(source, dtype: torch.dtype, device: torch.device, context: int, repeats: int) -> float:

@@ -161,12 +161,17 @@ def keep_chosen_table(pair, measured: choose.Measured, tables: dict, drafts: dic
     the figures that chose it, where the table kept there holds other figures: the cost policy then
     prices exactly what the choice was predicted from, and the first run measures nothing. (The
     table measured for a kernel with the dense draft times that draft itself, beside the separate
-    draft pass the choice read: the two timings differ by noise, so the choice's is written in.)"""
+    draft pass the choice read: the two timings differ by noise, so the choice's is written in.
+    Its catch-up passes are the dense draft's, scaled to the chosen variant's one-token pass: only
+    the dense draft's were timed, and a start does not build the variant again to time them.)"""
     kernel, variant = measured.chosen.target_kernel, measured.variant
     path = cost_table.table_path(pair.name, kernel, variant, pair.dtype_name, pair.device, choose.RUNNER)
     if variant not in drafts:
         return
-    chosen = replace(tables[kernel], draft_s=drafts[variant], head_s=None)
+    table = tables[kernel]
+    scale = drafts[variant] / table.draft_s if table.draft_s else None
+    feeds = None if scale is None or table.draft_feed_s is None else tuple(t * scale for t in table.draft_feed_s)
+    chosen = replace(table, draft_s=drafts[variant], draft_feed_s=feeds, head_s=None)
     kept = cost_table.read(path)
     if kept is not None and (kept.target_s, kept.draft_s) == (chosen.target_s, chosen.draft_s):
         return

@@ -41,6 +41,10 @@ class Proposer(Protocol):
     def has_draft(self, seq: list[int]) -> bool:
         """Whether it has something to propose after `seq` (the sequence so far, on the host)."""
 
+    def unseen(self, seq: list[int]) -> int:
+        """How many tokens its first pass of a step would feed: 1 when it keeps up with every step,
+        more for a draft model that catches up after steps it did not draft (the cost policy prices it)."""
+
     def start(self, run: Run, prompt_length: int, positions: int) -> None:
         """The target has read the prompt but its last token: take what the run needs (a model,
         claimed from run.claim for up to `positions` positions) and read the prompt too."""

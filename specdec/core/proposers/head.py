@@ -64,6 +64,9 @@ class HeadProposer:
     def has_draft(self, seq: list[int]) -> bool:
         return True
 
+    def unseen(self, seq: list[int]) -> int:
+        return 1  # it settles after every step, whoever drafted: one step of its own layer
+
     def start(self, run, prompt_length: int, positions: int) -> None:
         self.head, self.predicted = self.source.make(), None
         if prompt_length > 1:  # a one-token prompt gives no feature: the first step drafts nothing

@@ -26,6 +26,9 @@ class LookupProposer:
     def has_draft(self, seq: list[int]) -> bool:
         return self.continuation(seq) is not None
 
+    def unseen(self, seq: list[int]) -> int:
+        return 1  # no pass: it reads the sequence itself
+
     def start(self, run, prompt_length: int, positions: int) -> None:
         pass
 

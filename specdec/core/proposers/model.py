@@ -39,6 +39,10 @@ class ModelProposer:
     def has_draft(self, seq: list[int]) -> bool:
         return True
 
+    def unseen(self, seq: list[int]) -> int:
+        """The tokens of `seq` it has not read: its next pass feeds them all (1 after a step it drafted)."""
+        return len(seq) - self.lm.length
+
     def start(self, run, prompt_length: int, positions: int) -> None:
         self.lm = run.claim(self.lender, positions, DRAFT_SHAPES)
         self.lm.prefill(run.tokens[: prompt_length - 1])
