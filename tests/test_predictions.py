@@ -2,6 +2,7 @@
 prompt, and the verdict on the accounting (specdec.bench.predictions)."""
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -107,7 +108,7 @@ def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(draf
     gap = prediction_gap(measured_speedup(spec, summarize(plain_events)), spec)
     costs = SimpleNamespace(draft_s=0.03, head_s=0.0041, decode_step_s=STEP)
     row = predictions.PromptPrediction("p", spec, gap, *predictions.bursts(spec_events, spec.alpha), same_as_plain=True,
-                                       priced_c=predictions.policy_c(drafter, costs))
+                                       priced_c=predictions.priced_c(spec_events, costs))
     assert row.priced_c == pytest.approx(priced)
     assert spec.cost_ratio_c == pytest.approx(draft_step_s / STEP, rel=1e-6)  # the run's own c: what it measured
     assert predictions.within_tolerance([row])  # the accounting explains the measurement for this drafter too
@@ -115,12 +116,23 @@ def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(draf
     assert predictions.as_json([row])["prompts"][0]["priced_c"] == pytest.approx(priced)
 
 
-def test_the_priced_c_per_drafter():
-    costs = SimpleNamespace(draft_s=0.0388, head_s=0.0041, decode_step_s=0.068)
-    assert predictions.policy_c("lookup", None) == 0.0  # no draft pass, whatever the table
-    assert predictions.policy_c("model", costs) == pytest.approx(0.57, abs=0.005)
-    assert predictions.policy_c("head", costs) == pytest.approx(0.06, abs=0.005)
-    assert predictions.policy_c("head", SimpleNamespace(draft_s=0.0388, head_s=None, decode_step_s=0.068)) is None
+def test_the_priced_c_per_drafter_counts_the_draft_models_catch_up():
+    """Lookup drafts for free, the head at its step; the draft model's first pass of a step is priced at
+    the tokens it had not read: 1 at the start, 2 after a fully kept draft, and 5 after a correction, a
+    lookup step of 3 tokens and a plain step."""
+    from specdec.measure.passcost import PassCosts
+
+    costs = PassCosts((1, 2, 4, 8), (0.068, 0.07, 0.072, 0.08), 0.0388, 200, 3, head_s=0.0041,
+                      draft_feed_s=(0.0388, 0.045, 0.06, 0.09))
+    steps = [("model", 2, 2), ("model", 2, 0), ("lookup", 2, 2), ("", 0, 0), ("model", 1, 1)]
+    events = [event(i, d, a, 0.0, STEP, who, 0, 0.0) for i, (who, d, a) in enumerate(steps)]
+    assert predictions.catch_ups(events) == {0: 1, 1: 2, 4: 1 + 3 + 1}
+    model_s = (0.0388 + 0.0388) + (0.045 + 0.0388) + (0.06 + (0.09 - 0.06) / 4)  # first pass fed 1, 2 and 5 tokens
+    assert predictions.priced_c(events, costs) == pytest.approx(model_s / 7 / 0.068)
+    head = [event(0, 3, 1, 0.0, STEP, "head", 0, 0.0), event(1, 2, 2, 0.0, STEP, "lookup", 0, 0.0)]
+    assert predictions.priced_c(head, costs) == pytest.approx(3 * 0.0041 / 5 / 0.068)
+    assert predictions.priced_c(head, replace(costs, head_s=None)) is None  # the table lacks the head's step
+    assert predictions.priced_c([event(0, 0, 0, 0.0, STEP, "", 0, 0.0)], costs) is None  # nothing drafted
 
 
 def test_bench_predictions_with_prompt_lookup_on_tiny_random(capsys, prompts_file):

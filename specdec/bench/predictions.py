@@ -9,9 +9,10 @@ passes") takes the measured time apart into passes, so it must match within TOLE
 prompt: time spent outside the passes is all it can miss.
 
 Every drafter (GenerationConfig.drafter: the draft model, the trained head, prompt lookup, auto):
-beside the c a run measured, the c the cost K policy prices for that drafter from the cost table
-(priced_c: the draft model's pass, the head's step head_s, 0 for prompt lookup), so the figures the
-policy chooses from stand next to what the run then cost.
+beside the c a run measured, the c the cost K policy priced that run's drafting at from the cost
+table (priced_c: per drafted token, the draft model's passes with each step's catch-up, the head's
+step head_s, 0 for prompt lookup), so the figures the policy chooses from stand next to what the
+run then cost.
 """
 
 from __future__ import annotations
@@ -55,24 +56,48 @@ def predict(pair, prompts: list[dict], config: GenerationConfig) -> list[PromptP
     first passes of a process pay for allocations; a cost table is measured there, once)."""
     first = prompts[0]
     OurSource(pair, replace(config, max_new_tokens=8)).side_by_side(first["prompt"], chat=first.get("chat"), plain=True)
-    c = policy_c(config.drafter, prepare(pair, replace(config, k_policy="cost")).costs)
+    costs = prepare(pair, replace(config, k_policy="cost")).costs
     rows = []
     for entry in prompts:
         r = OurSource(pair, config).side_by_side(entry["prompt"], chat=entry.get("chat"), plain=True)
         gap = prediction_gap(r.speedup, r.spec) if r.speedup else None
         rows.append(PromptPrediction(entry.get("id", "?"), r.spec, gap, *bursts(r.spec_events, r.spec.alpha),
-                                     same_as_plain=r.difference is None, priced_c=c))
+                                     same_as_plain=r.difference is None, priced_c=priced_c(r.spec_events, costs)))
     return rows
 
 
-def policy_c(drafter: str, costs) -> float | None:
-    """The c the cost K policy prices for `drafter` from a cost table: prompt lookup 0 (no draft
-    pass), the head its step (head_s), the draft model its pass; None where the table has none
-    (auto mixes lookup and the model, so its c is the model's, the dearer of the two; auto_head the head's)."""
-    if drafter == "lookup":
-        return 0.0
-    seconds = None if costs is None else (costs.head_s if drafter in ("head", "auto_head") else costs.draft_s)
-    return None if seconds is None else seconds / costs.decode_step_s
+def catch_ups(events) -> dict[int, int]:
+    """Step -> the tokens the draft model's first pass fed, for each step it drafted: the tokens it had
+    not read (the prompt's last, the target's own token of each step, every token of the plain and
+    lookup steps since it last drafted). It reads each draft but the last, and keeps what the
+    target accepted of them (specdec.core.proposers.model), so where it has read to follows from the
+    events alone."""
+    fed, position, read = {}, 0, -1  # tokens generated so far; where the draft model has read to (-1: the prompt but its last token)
+    for e in events:
+        if e.drafter == "model":
+            fed[e.step] = position - read
+            read = position + min(e.accepted, len(e.drafted) - 1)
+        position += len(e.emitted)
+    return fed
+
+
+def priced_c(events, costs) -> float | None:
+    """The c the cost K policy priced this run's drafting at, per drafted token (as the run's own c is
+    counted: specdec.measure.metrics): the draft model's first pass of a step at its catch-up
+    (costs.draft_pass_s), the passes after it at draft_s, the head's steps at head_s, prompt lookup
+    at 0. None: nothing drafted, or the table lacks a drafter's cost."""
+    drafting = [e for e in events if e.drafted]
+    if costs is None or not drafting:
+        return None
+    fed, seconds = catch_ups(events), 0.0
+    for e in drafting:
+        if e.drafter == "model" and costs.draft_s is not None:
+            seconds += costs.draft_pass_s(fed[e.step]) + (len(e.drafted) - 1) * costs.draft_s
+        elif e.drafter == "head" and costs.head_s is not None:
+            seconds += len(e.drafted) * costs.head_s
+        elif e.drafter != "lookup":
+            return None
+    return seconds / sum(len(e.drafted) for e in drafting) / costs.decode_step_s
 
 
 def largest_gap(rows: list[PromptPrediction]) -> float | None:
