@@ -148,10 +148,10 @@ def pause_reason(alpha: float, draft_s: float, costs: Costs, first_s: float | No
     """Why a step drafts nothing, in the machine's own figures: c, alpha and the check's cost (and
     the catch-up, where the draft model would first read tokens it has not seen)."""
     step = costs.target_pass_s(1)
-    catch_up = (f", reading the {unseen} tokens it has not seen costs {first_s / step:.2f}"
+    catch_up = (f", and the draft model would first read the {unseen} tokens it has not seen, at {first_s / step:.2f}"
                 if first_s is not None and unseen > 1 else "")
-    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}{catch_up}, \u03b1 = {alpha:.2f}, "
-            f"checking 2 tokens costs {costs.target_pass_s(2) / step:.2f} decode steps")
+    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}, \u03b1 = {alpha:.2f}, "
+            f"checking 2 tokens costs {costs.target_pass_s(2) / step:.2f} decode steps{catch_up}")
 
 
 class CostK:
