@@ -305,8 +305,8 @@ def test_without_timed_catch_ups_the_targets_growth_stands_in():
 
 def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(tiny_pair, monkeypatch):
     """Prompt lookup and the draft model take turns (auto), and a draft model dearer than a decode step
-    pauses: each model step is priced with exactly the tokens its first pass feeds, counted here from
-    the events as the draft model reads them, and the probes catch up on the plain steps before them."""
+    pauses: each model step is priced with 1 plus the tokens of the steps it did not draft since its
+    last, counted here from the events, so the probes pay for catching up on the plain steps before them."""
     from tests.support.runs import run_checked
 
     asked = []
@@ -322,15 +322,14 @@ def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(ti
     config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", max_new_tokens=40)
     events = run_checked(tiny_pair, prompt, config, costs=costs)
     assert len(asked) == len(events)
-    position, read = 0, -1  # tokens generated so far; where the draft model has read to (-1: the prompt but its last token)
+    position, caught_up = 0, 0  # tokens generated so far; and after the last step the draft model drafted
     seen_behind = False
     for (drafter, unseen), event in zip(asked, events):
         if drafter == "model":
-            assert unseen == position - read, (event.step, unseen, position - read)
+            assert unseen == position - caught_up + 1, (event.step, unseen, position - caught_up + 1)
             seen_behind |= unseen > 2
             if event.drafted:
-                d, a = len(event.drafted), event.accepted
-                read = position + min(a, d - 1)
+                caught_up = position + len(event.emitted)
         position += len(event.emitted)
     assert seen_behind  # a probe came after plain steps and caught up on them
     from specdec.bench.predictions import catch_ups

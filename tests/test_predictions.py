@@ -118,16 +118,16 @@ def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(draf
 
 def test_the_priced_c_per_drafter_counts_the_draft_models_catch_up():
     """Lookup drafts for free, the head at its step; the draft model's first pass of a step is priced at
-    the tokens it had not read: 1 at the start, 2 after a fully kept draft, and 5 after a correction, a
-    lookup step of 3 tokens and a plain step."""
+    1 plus the tokens of the steps it did not draft: 1 after its own steps, 5 after a lookup step of 3
+    tokens and a plain step."""
     from specdec.measure.passcost import PassCosts
 
     costs = PassCosts((1, 2, 4, 8), (0.068, 0.07, 0.072, 0.08), 0.0388, 200, 3, head_s=0.0041,
                       draft_feed_s=(0.0388, 0.045, 0.06, 0.09))
     steps = [("model", 2, 2), ("model", 2, 0), ("lookup", 2, 2), ("", 0, 0), ("model", 1, 1)]
     events = [event(i, d, a, 0.0, STEP, who, 0, 0.0) for i, (who, d, a) in enumerate(steps)]
-    assert predictions.catch_ups(events) == {0: 1, 1: 2, 4: 1 + 3 + 1}
-    model_s = (0.0388 + 0.0388) + (0.045 + 0.0388) + (0.06 + (0.09 - 0.06) / 4)  # first pass fed 1, 2 and 5 tokens
+    assert predictions.catch_ups(events) == {0: 1, 1: 1, 4: 1 + 3 + 1}
+    model_s = (0.0388 + 0.0388) + (0.0388 + 0.0388) + (0.06 + (0.09 - 0.06) / 4)  # first passes priced at 1, 1 and 5 tokens
     assert predictions.priced_c(events, costs) == pytest.approx(model_s / 7 / 0.068)
     head = [event(0, 3, 1, 0.0, STEP, "head", 0, 0.0), event(1, 2, 2, 0.0, STEP, "lookup", 0, 0.0)]
     assert predictions.priced_c(head, costs) == pytest.approx(3 * 0.0041 / 5 / 0.068)

@@ -67,16 +67,14 @@ def predict(pair, prompts: list[dict], config: GenerationConfig) -> list[PromptP
 
 
 def catch_ups(events) -> dict[int, int]:
-    """Step -> the tokens the draft model's first pass fed, for each step it drafted: the tokens it had
-    not read (the prompt's last, the target's own token of each step, every token of the plain and
-    lookup steps since it last drafted). It reads each draft but the last, and keeps what the
-    target accepted of them (specdec.core.proposers.model), so where it has read to follows from the
-    events alone."""
-    fed, position, read = {}, 0, -1  # tokens generated so far; where the draft model has read to (-1: the prompt but its last token)
+    """Step -> the tokens the cost policy priced the draft model's first pass at, for each step it
+    drafted: 1, plus every token of the plain and lookup steps since it last drafted
+    (specdec.core.proposers.model.ModelProposer.unseen), so it follows from the events alone."""
+    fed, position, caught_up = {}, 0, 0  # tokens generated so far; and after the last step the draft model drafted
     for e in events:
         if e.drafter == "model":
-            fed[e.step] = position - read
-            read = position + min(e.accepted, len(e.drafted) - 1)
+            fed[e.step] = position - caught_up + 1
+            caught_up = position + len(e.emitted)
         position += len(e.emitted)
     return fed
 

@@ -35,20 +35,28 @@ class ModelProposer:
     def __init__(self, lender, config, generator: torch.Generator | None):
         self.lender, self.config, self.generator = lender, config, generator  # lender: the draft model as its runner runs it
         self.lm = None  # the RunModel claimed for the run
+        self.drafted_at = -1  # the sequence's length when it last drafted
+        self.caught_up = 0  # the sequence's length after the last step it drafted (the prompt's, at the start)
 
     def has_draft(self, seq: list[int]) -> bool:
         return True
 
     def unseen(self, seq: list[int]) -> int:
-        """The tokens of `seq` it has not read: its next pass feeds them all (1 after a step it drafted)."""
-        return len(seq) - self.lm.length
+        """The tokens its next first pass feeds: 1 after a step it drafted, plus every token of the
+        steps it did not draft since (plain and lookup steps). Counted from the steps, not from its
+        cache: a draft that ran on past its early stop on the device (`counted`) has read one token
+        more than one stopped on the host, and both must price the same. (A fully kept draft leaves
+        its last draft unread, one token more, as it always did; a 2-token pass costs about one.)"""
+        return len(seq) - self.caught_up + 1
 
     def start(self, run, prompt_length: int, positions: int) -> None:
         self.lm = run.claim(self.lender, positions, DRAFT_SHAPES)
         self.lm.prefill(run.tokens[: prompt_length - 1])
+        self.drafted_at, self.caught_up = -1, prompt_length
 
     def propose(self, run, seq: list[int], k: int) -> Draft:
         cfg, lm = self.config, self.lm
+        self.drafted_at = len(seq)
         stop_on_host = cfg.draft_confidence > 0 and lm.device.type in FREE_READS
         logits = lm.forward(run.tokens[lm.length : len(seq)], last_only=True)  # (1, V) after the tokens it had not seen
         ids, qs, tops = [], [], []
@@ -70,6 +78,8 @@ class ModelProposer:
         """Forget the drafts the target turned down. The draft has fed every draft but the last;
         after a full accept it keeps them all and feeds the last one with the bonus token next time."""
         self.lm.crop(min(kept_from + accepted, self.lm.length))
+        if kept_from == self.drafted_at:  # a step it drafted
+            self.caught_up = length
 
     def close(self, run) -> None:
         self.lender.release(run)
