@@ -128,3 +128,28 @@ def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair,
     assert json.loads(path.read_text())["costs"]["head_s"] == {"aaaa": 0.001, "bbbb": 0.002}
     cost_table.measure(tiny_pair, repeats=1, refresh=True)  # a table measured anew starts without heads
     assert cost_table.read_head_steps(path) == {} and cost_table.measure(tiny_pair, head=head).head_s == 0.003
+
+
+def test_a_table_carries_the_drafts_catch_ups_and_the_target_alone_has_none(tiny_pair, cache):
+    costs = cost_table.measure(tiny_pair, repeats=1)
+    assert len(costs.draft_feed_s) == len(costs.sizes) and all(t > 0 for t in costs.draft_feed_s)
+    assert costs.draft_pass_s(1) == costs.draft_s and costs.draft_pass_s(16) >= costs.draft_s  # read in order, never below one token
+    target_only = cost_table.measure(tiny_pair, draft_variant=cost_table.NO_DRAFT, repeats=1)
+    assert target_only.draft_s is None and target_only.draft_feed_s is None and target_only.draft_pass_s(4) is None
+
+
+def test_a_variants_catch_ups_are_timed_once_and_kept_in_its_draft_file(tiny_pair, cache, monkeypatch):
+    monkeypatch.setattr(cost_table, "_drafts", {})
+    monkeypatch.setattr(cost_table, "_feeds", {})
+    timed = []
+    real = cost_table.time_draft_feeds
+    monkeypatch.setattr(cost_table, "time_draft_feeds", lambda *a, **k: timed.append(1) or real(*a, **k))
+    feeds = cost_table.draft_feeds(tiny_pair, "int8", repeats=1)
+    path = cost_table.draft_path(tiny_pair.name, "int8", tiny_pair.dtype_name, tiny_pair.device)
+    assert cost_table.read_draft_feeds(path) == feeds and cost_table.read_draft(path) > 0 and timed == [1]
+    monkeypatch.setattr(cost_table, "_feeds", {})  # a new process: the file is read, nothing timed
+    assert cost_table.draft_feeds(tiny_pair, "int8") == feeds and timed == [1]
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "draft_feed_s": [-1.0] * len(feeds)}))  # damaged: timed again
+    monkeypatch.setattr(cost_table, "_feeds", {})
+    assert cost_table.draft_feeds(tiny_pair, "int8", repeats=1) and timed == [1, 1]

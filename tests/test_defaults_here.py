@@ -30,7 +30,7 @@ def here(monkeypatch, tmp_path):
 
 def a_new_process(monkeypatch):
     """What this process kept in memory forgotten: the files are all a new start has."""
-    for name in ("_tables", "_drafts", "_head_steps"):
+    for name in ("_tables", "_drafts", "_feeds", "_head_steps"):
         monkeypatch.setattr(cost_table, name, {})
 
 
@@ -53,24 +53,31 @@ def test_every_offered_candidate_is_measured_and_the_fastest_is_chosen_and_kept(
     chosen_kernel = next(c for c in measured.candidates if c.drafter == "none" and c.target_kernel == start.target_kernel)
     assert kept.decode_step_s == pytest.approx(chosen_kernel.decode_step_s)
     assert kept.draft_s == pytest.approx(next(c.draft_s for c in measured.candidates if c.draft_variant == start.draft_variant))
+    assert kept.draft_feed_s == cost_table.draft_feeds(tiny_pair, start.draft_variant)  # the variant's own catch-ups
+    # the kernels' tables time the target alone: the draft is timed once per variant, not once per kernel
+    target_only = cost_table.read(cost_table.table_path(tiny_pair.name, start.target_kernel, cost_table.NO_DRAFT,
+                                                        tiny_pair.dtype_name, tiny_pair.device))
+    assert target_only.draft_s is None and target_only.target_s == kept.target_s
 
 
-def test_the_kept_table_carries_the_choices_draft_even_where_a_table_was_measured_there(here, tiny_pair):
-    """The dense draft variant's table on a kernel is the one measured for the kernel itself, with its
-    own timing of the draft: the choice's separate draft pass is written into it, its heads kept."""
+def test_the_kept_table_carries_the_choices_figures_even_where_a_table_was_measured_there(here, tiny_pair):
+    """A run had measured the (kernel, dense draft) table, with its own timing of both: the choice's
+    figures (the kernel's target passes, the variant's draft pass and catch-ups) are written in
+    its place, the heads timed against it kept."""
     measured = defaults_here.ensure(tiny_pair)
     kernel = measured.chosen.target_kernel
     dense_draft = next(c for c in measured.candidates if c.target_kernel == kernel and c.draft_variant == "dense")
     as_if_dense = replace(measured, chosen=dense_draft)
     path = cost_table.table_path(tiny_pair.name, kernel, "dense", tiny_pair.dtype_name, tiny_pair.device, choose.RUNNER)
-    table = cost_table.read(path)
+    run_table = cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER)
     cost_table.add_head_step(path, "a-head", 0.001)
-    choice_draft_s = table.draft_s * 1.25  # the separate pass timed otherwise, as noise makes it
-    defaults_here.keep_chosen_table(tiny_pair, as_if_dense, {kernel: table}, {"dense": choice_draft_s})
+    target = replace(run_table, target_s=tuple(t * 1.25 for t in run_table.target_s), draft_s=None, draft_feed_s=None)
+    defaults_here.keep_chosen_table(tiny_pair, as_if_dense, {kernel: target}, {"dense": dense_draft.draft_s})
     kept = cost_table.read(path)
-    assert (kept.target_s, kept.draft_s) == (table.target_s, choice_draft_s)
+    draft_s, feeds = cost_table.draft_pass_s(tiny_pair, "dense", choose.RUNNER), cost_table.draft_feeds(tiny_pair, "dense", choose.RUNNER)
+    assert (kept.target_s, kept.draft_s, kept.draft_feed_s) == (target.target_s, draft_s, feeds)
     assert cost_table.read_head_steps(path) == {"a-head": 0.001}
-    assert cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER).draft_s == choice_draft_s
+    assert cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER).draft_s == draft_s
 
 
 def test_a_second_start_reads_the_choice_and_a_new_kernel_is_measured(here, tiny_pair, monkeypatch):
@@ -84,7 +91,7 @@ def test_a_second_start_reads_the_choice_and_a_new_kernel_is_measured(here, tiny
 
 def test_a_missing_or_damaged_table_or_choice_is_measured_again(here, tiny_pair, monkeypatch):
     defaults_here.ensure(tiny_pair)
-    table = cost_table.table_path(tiny_pair.name, "int8", "dense", tiny_pair.dtype_name, tiny_pair.device)
+    table = cost_table.table_path(tiny_pair.name, "int8", cost_table.NO_DRAFT, tiny_pair.dtype_name, tiny_pair.device)
     draft = cost_table.draft_path(tiny_pair.name, "int4", tiny_pair.dtype_name, tiny_pair.device)
     choice = defaults_here.choice_path(tiny_pair.name, tiny_pair.device)
     table.write_text('{"format": "specdec-costs", "version": 1, "costs": {"sizes": [1], "target_s": [-1]}}')
@@ -93,7 +100,7 @@ def test_a_missing_or_damaged_table_or_choice_is_measured_again(here, tiny_pair,
     a_new_process(monkeypatch)
     assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device) is None  # not trusted
     measured = defaults_here.ensure(tiny_pair)
-    assert cost_table.read(table) is not None and cost_table.read_draft(draft) > 0  # both measured again
+    assert cost_table.read(table) is not None and cost_table.read_draft(draft) is not None  # both measured again
     assert defaults_here.read_choice(tiny_pair.name, tiny_pair.device).chosen == measured.chosen
 
 

@@ -25,7 +25,7 @@ from specdec.kernels.machine_defaults import MachineDefaults
 from specdec.measure.passcost import PassCosts
 
 FORMAT = "specdec-defaults"
-VERSION = 1
+VERSION = 2  # 2: the kernels' tables time the target alone, the draft variants their catch-ups too
 RUNNER = "eager"  # what is measured and started on: compiling pays back only after minutes per process
 K_MAX = 15  # the largest K weighed (a table of passes up to 16 tokens)
 

@@ -34,7 +34,7 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import PassCosts, measure_models, passes_to_time, time_draft, time_head_step
+from specdec.measure.passcost import PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds, time_head_step
 
 FORMAT = "specdec-costs"
 VERSION = 2  # 2: the draft model's catch-up passes (draft_feed_s); a table of an older version is measured again
@@ -46,6 +46,8 @@ CPU_FLAGS = (*machine_facts.REPORTED_FLAGS, "amx_int8")  # the flags that change
 
 _tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file (without a head's step)
 _drafts: dict[Path, float] = {}  # a draft variant's pass alone, by file, measured or read in this process
+_feeds: dict[Path, tuple[float, ...]] = {}  # a draft variant's catch-up passes alone, by file, measured or read in this process
+NO_DRAFT = "none"  # the draft variant of a table of the target's passes alone
 _head_steps: dict[tuple[Path, str], float] = {}  # (table file, head digest) -> head_s, timed or read in this process
 
 
@@ -105,7 +107,7 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
     else:
         module = target()
     draft = None
-    if pair.draft is not None:
+    if pair.draft is not None and draft_variant != NO_DRAFT:
         from specdec.kernels.variants import draft_model
 
         draft = draft_model(pair, draft_variant)
@@ -179,8 +181,29 @@ def draft_pass_s(pair, draft_variant: str, runner: str = "eager", refresh: bool 
         _write_json(path, {"format": FORMAT, "version": VERSION, "machine": machine(pair.device),
                            "key": {"pair": pair.name, "draft_variant": draft_variant, "dtype": pair.dtype_name, "runner": runner},
                            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "draft_s": seconds})
+        _feeds.pop(path, None)
     _drafts[path] = seconds
     return seconds
+
+
+def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = REPEATS) -> tuple[float, ...]:
+    """This variant's catch-up passes over SIZES tokens (a PassCosts' draft_feed_s), alone: from this
+    process, else its draft file, else timed and added to that file. Timed apart from its one-token
+    pass: a start compares every variant by that pass, and times the catch-ups of the one it chose."""
+    from specdec.kernels.variants import draft_model
+
+    path = draft_path(pair.name, draft_variant, pair.dtype_name, pair.device, runner)
+    draft_pass_s(pair, draft_variant, runner, repeats=repeats)  # the file the catch-ups are added to
+    if path not in _feeds:
+        feeds = read_draft_feeds(path)
+        if feeds is None:
+            context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
+            feeds = tuple(time_draft_feeds(draft_model(pair, draft_variant), pair.vocab_size, context, SIZES, repeats,
+                                           runner=runner))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            _write_json(path, {**data, "sizes": list(SIZES), "draft_feed_s": list(feeds)})
+        _feeds[path] = feeds
+    return _feeds[path]
 
 
 def read_draft(path: Path) -> float | None:
@@ -190,6 +213,17 @@ def read_draft(path: Path) -> float | None:
         seconds = data["draft_s"]
         ok = data.get("format") == FORMAT and data.get("version") == VERSION and isinstance(seconds, (int, float)) and seconds > 0
         return float(seconds) if ok else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def read_draft_feeds(path: Path) -> tuple[float, ...] | None:
+    """A cached draft variant's catch-up passes, or None when there are none or they cannot be trusted."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        feeds = tuple(float(t) for t in data["draft_feed_s"])
+        ok = read_draft(path) is not None and tuple(data["sizes"]) == SIZES and len(feeds) == len(SIZES) and all(t > 0 for t in feeds)
+        return feeds if ok else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
