@@ -12,8 +12,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# --no-compile: pip would byte-compile every installed module (torch's thousands of files), about
+# 25 s on 2 cores; Python compiles the ones the app imports as it first imports them instead.
 $(VENV)/.run-deps: $(PY) requirements.txt requirements-bundle.txt
-	$(PY) -m pip install -r requirements.txt -r requirements-bundle.txt
+	$(PY) -m pip install --no-compile -r requirements.txt -r requirements-bundle.txt
 	touch $@
 
 $(VENV)/.test-deps: $(VENV)/.run-deps requirements-dev.txt
