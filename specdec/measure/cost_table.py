@@ -193,14 +193,17 @@ def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = 
     from specdec.kernels.variants import draft_model
 
     path = draft_path(pair.name, draft_variant, pair.dtype_name, pair.device, runner)
-    draft_pass_s(pair, draft_variant, runner, repeats=repeats)  # the file the catch-ups are added to
+    seconds = draft_pass_s(pair, draft_variant, runner, repeats=repeats)  # the file the catch-ups are added to
     if path not in _feeds:
         feeds = read_draft_feeds(path)
         if feeds is None:
             context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
             feeds = tuple(time_draft_feeds(draft_model(pair, draft_variant), pair.vocab_size, context, SIZES, repeats,
                                            runner=runner))
-            data = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # gone since this process read it: written again whole
+                data = {"format": FORMAT, "version": VERSION, "machine": machine(pair.device), "draft_s": seconds}
             _write_json(path, {**data, "sizes": list(SIZES), "draft_feed_s": list(feeds)})
         _feeds[path] = feeds
     return _feeds[path]
@@ -234,7 +237,8 @@ def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
         "format": FORMAT, "version": VERSION, "key": key, "machine": info,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
-                  "draft_feed_s": None if costs.draft_feed_s is None else list(costs.draft_feed_s), "head_s": {}, "context": costs.context, "repeats": costs.repeats},
+                  "draft_feed_s": None if costs.draft_feed_s is None else list(costs.draft_feed_s),
+                  "head_s": {}, "context": costs.context, "repeats": costs.repeats},
     })
 
 
