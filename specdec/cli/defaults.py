@@ -18,7 +18,8 @@ def add_defaults_command(sub) -> None:
     p = sub.add_parser("defaults", help="the configuration a run starts on here: candidates, their measured costs, predicted speeds, the choice")
     add_model_args(p)
     p.add_argument("--refresh", action="store_true", help="measure again, even where this machine's tables and choice are kept")
-    p.add_argument("--budget", type=float, default=None, help="seconds the measurement may take (default: 90)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds the measurement may take; what it leaves out is measured at the next call (default: 40)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_defaults)
 
