@@ -226,6 +226,15 @@ def test_unavailable_kernel_is_not_offered_and_asking_for_it_is_one_line(tiny_pa
     assert capsys.readouterr().err.strip() == f"error: {line}"
 
 
+def test_every_header_the_sources_include_is_part_of_the_build_key():
+    """A header left out of HEADERS would change the kernel without rebuilding it (or retiming its cost tables)."""
+    import re
+
+    included = {name for path in (*w8a8_build.SOURCES, *w8a8_build.HEADERS)
+                for name in re.findall(r'#include "([^"]+)"', path.read_text())}
+    assert included == {path.name for path in w8a8_build.HEADERS}
+
+
 def test_a_failed_build_is_reported_not_retried(tmp_path, monkeypatch):
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")

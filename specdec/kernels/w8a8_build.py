@@ -36,7 +36,7 @@ from specdec.models.bundle import cache_root
 
 _CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = tuple(_CSRC / name for name in ("w8a8.cpp", "w4a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
-HEADERS = (_CSRC / "activation_blocks.h", _CSRC / "kernel_entry.h")  # included by the sources: part of the key, not of the command
+HEADERS = (_CSRC / "activation_blocks.h", _CSRC / "kernel_entry.h", _CSRC / "weight_stream.h")  # included by the sources: part of the key, not of the command
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")

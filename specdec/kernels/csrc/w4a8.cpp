@@ -47,6 +47,7 @@
 
 #include "activation_blocks.h"
 #include "kernel_entry.h"
+#include "weight_stream.h"
 
 namespace {
 
@@ -61,13 +62,6 @@ constexpr int64_t kDminOffset = kDOffset + 2 * kTile;
 constexpr int64_t kRecord = kDminOffset + 2 * kTile;  // 4736 bytes: 4.625 bits a weight
 constexpr int kRowsAvx512 = 6;  // rows per register block: 12 sums and 12 scaled sums in zmm (a check of 6 at once)
 constexpr int kRowsAvx2 = 4;
-// Software prefetch distance on AVX-512, in bytes of the weight stream, for blocks of 2 rows or more. There
-// the products take about as long as the stream, and without it the two did not overlap: a record is
-// 4736 bytes, so the stream crosses a 4 KiB page every record, where the hardware's stream prefetcher
-// stops. Measured on a 2-core AMD EPYC (layers of 1536 x 8960, weights streamed from memory): 5 rows
-// 1.1 to 1.3 times one row's time with it, 1.7 to 2.7 without. One row is bound by the stream alone and
-// ran a little slower with it, so it has none.
-constexpr int64_t kAhead = 4096;
 
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
 
@@ -117,10 +111,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Ro
         for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = high[r][0] = high[r][1] = _mm512_setzero_si512();
         for (int p = 0; p < 4; ++p) {
           const uint8_t* w = rec + (j * 4 + p) * 2 * 64;
-          if constexpr (R > 1) {  // see kAhead
-            _mm_prefetch(reinterpret_cast<const char*>(w + kAhead), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(w + kAhead + 64), _MM_HINT_T0);
-          }
+          prefetch_ahead(w);  // weight_stream.h
           const __m512i v0 = _mm512_loadu_si512(w), v1 = _mm512_loadu_si512(w + 64);  // channels 0-15, 16-31
           const __m512i lo0 = _mm512_and_si512(v0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
           const __m512i lo1 = _mm512_and_si512(v1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
@@ -147,9 +138,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Ro
           for (int r = 0; r < R; ++r) S[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][v]), sc, S[r][v]);
         }
       }
-      if constexpr (R > 1) {  // the record's tail (sc, m, d, dmin) kAhead on: 640 bytes, half of it per half
-        for (int64_t line = 0; line < (kRecord - kCodes) / 2; line += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + kCodes + h * (kRecord - kCodes) / 2 + line + kAhead), _MM_HINT_T0);
-      }
+      for (int64_t line = 0; line < (kRecord - kCodes) / 2; line += 128) prefetch_ahead(rec + kCodes + h * (kRecord - kCodes) / 2 + line);  // the tail: sc, m, d, dmin
       for (int v = 0; v < 2; ++v) {  // part += (float(S) * d - float(M) * dmin) * sx: the same operations on AVX2
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDOffset + 32 * v)));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDminOffset + 32 * v)));
@@ -185,6 +174,9 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
   for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDOffset + 2 * c0)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDminOffset + 2 * c0)));
+    if (quarter == 0) {
+      for (int64_t line = 0; line < kRecord - kCodes; line += 128) prefetch_ahead(rec + kCodes + line);
+    }
     for (int64_t h = 0; h < kSubs / kHalfSubs; ++h) {
       __m256 S[R];
       for (int r = 0; r < R; ++r) S[r] = _mm256_setzero_ps();
@@ -193,6 +185,7 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
         __m256i sum[R];
         for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
         for (int p = 0; p < 4; ++p) {
+          if (quarter == 0) prefetch_ahead(rec + (j * 4 + p) * 2 * 64);  // later quarters read the record from cache
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + (j * 4 + p) * 2 * 64 + 32 * quarter));
           const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
           for (int r = 0; r < R; ++r) {

@@ -43,6 +43,7 @@
 
 #include "activation_blocks.h"
 #include "kernel_entry.h"
+#include "weight_stream.h"
 
 namespace {
 
@@ -83,6 +84,7 @@ void tile_avx512(const int8_t* xq, int64_t ldx, const float* sx, const int32_t* 
     const int64_t g1 = std::min(groups, g0 + kGroupsPerBlock);
     const int8_t* wg = w + g0 * 2 * 64;
     for (int64_t g = g0; g < g1; ++g, wg += 2 * 64) {
+      prefetch_ahead(wg);  // weight_stream.h
       const __m512i w0 = _mm512_loadu_si512(wg), w1 = _mm512_loadu_si512(wg + 64);  // channels 0-15, 16-31
       for (int r = 0; r < R; ++r) {
         int32_t four;  // the 4 activation bytes of columns 4g..4g+3 of row r, in every lane
@@ -99,7 +101,7 @@ void tile_avx512(const int8_t* xq, int64_t ldx, const float* sx, const int32_t* 
 // The same for half a tile (16 channels: bytes 0-63 or 64-127 of each group) on AVX2.
 template <int R>
 __attribute__((target("avx2"))) void half_tile_avx2(const int8_t* xq, int64_t ldx, const float* sx, int64_t ldb, const int8_t* w,
-                                                    int64_t groups, float* part) {
+                                                    int64_t groups, bool first, float* part) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int r = 0; r < R; ++r) std::fill(part + r * kTile, part + r * kTile + 16, 0.0f);
   __m256i sum[R][2];
@@ -108,6 +110,7 @@ __attribute__((target("avx2"))) void half_tile_avx2(const int8_t* xq, int64_t ld
     const int64_t g1 = std::min(groups, g0 + kGroupsPerBlock);
     const int8_t* wg = w + g0 * 2 * 64;
     for (int64_t g = g0; g < g1; ++g, wg += 2 * 64) {
+      if (first) prefetch_ahead(wg);  // the second half reads the tile from cache
       // the stored bytes XOR 0x80: w itself, channels 0-7 and 8-15 of this half
       const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg)), flip);
       const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32)), flip);
@@ -134,8 +137,8 @@ __attribute__((target("avx2"))) void half_tile_avx2(const int8_t* xq, int64_t ld
 template <int R>
 __attribute__((target("avx2"))) void tile_avx2(const int8_t* xq, int64_t ldx, const float* sx, const int32_t*, int64_t ldb,
                                                const int8_t* w, int64_t groups, float* part) {
-  half_tile_avx2<R>(xq, ldx, sx, ldb, w, groups, part);
-  half_tile_avx2<R>(xq, ldx, sx, ldb, w + 64, groups, part + 16);
+  half_tile_avx2<R>(xq, ldx, sx, ldb, w, groups, true, part);
+  half_tile_avx2<R>(xq, ldx, sx, ldb, w + 64, groups, false, part + 16);
 }
 
 // Dispatch on the number of rows in this block (a compile-time count keeps the sums in registers).
