@@ -101,6 +101,7 @@ def test_machine_folder_names_the_cpu_and_changes_with_what_decides_the_figures(
     folder = cost_table.machine_folder(info)
     assert folder != cost_table.machine_folder({**info, "threads": info["threads"] + 1})
     assert folder != cost_table.machine_folder({**info, "cpu_flags": [*info["cpu_flags"], "avx512_bf16"]})
+    assert folder != cost_table.machine_folder({**info, "kernels": "another build"})  # a changed kernel is timed anew
 
 
 def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair, cache, count_measurements, monkeypatch):

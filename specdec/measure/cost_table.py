@@ -14,14 +14,16 @@ is timed anew, the same file is not. Measured, not assumed: the cost policy's K 
 
 Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and
 cached as JSON under `<cache root>/costs/<machine>/`, where <machine> names what decides the
-figures: the CPU model and the flags that change the kernels (AVX2, AVX-512, AVX-512 BF16, AMX),
-or the GPU, the torch version and the thread count. `measure(..., refresh=True)` measures again.
+figures: the CPU model and the flags that change the kernels (AVX2, AVX-512, AVX-512 BF16, AMX)
+and the build of this project's CPU kernels (their sources and compiler: a changed kernel is timed
+anew), or the GPU, the torch version and the thread count. `measure(..., refresh=True)` measures again.
 Measuring the embedded pair costs about a minute on a 2-core AVX2 CPU (fp32 target, about 0.3 s
 per one-token pass); tiny-random, a fraction of a second.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -60,7 +62,18 @@ def machine(device: torch.device) -> dict:
     flags = machine_facts.cpu_flags()
     info["cpu"] = machine_facts.cpu_model()
     info["cpu_flags"] = [f for f in CPU_FLAGS if f in flags]
+    info["kernels"] = kernel_build()
     return info
+
+
+@functools.cache
+def kernel_build() -> str:
+    """The key of this project's CPU kernel library as it would be built here (w8a8, w4a8, the
+    attention rows: specdec/kernels/w8a8_build.py), or "none" without a compiler."""
+    from specdec.kernels import w8a8_build
+
+    cxx = w8a8_build.compiler()
+    return w8a8_build.build_key(cxx) if cxx else "none"
 
 
 def machine_folder(info: dict) -> str:
