@@ -155,7 +155,7 @@ def test_the_command_line_starts_on_the_defaults(monkeypatch):
     pair = SimpleNamespace(name=MEASURED_PAIR, device=CPU)
     assert runner_names(SimpleNamespace(runner=None), pair) == ["compiled"]
     monkeypatch.setattr(machine, "machine_kind", lambda device: "cpu-avx512_bf16")
-    assert variant_names(SimpleNamespace(draft_variant=None), pair) == ["int4"]
+    assert variant_names(SimpleNamespace(draft_variant=None), pair) == [MEASURED["cpu-avx512_bf16"].draft_variant]
     assert runner_names(SimpleNamespace(runner=None), pair) == ["eager"]
 
 

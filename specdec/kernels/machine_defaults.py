@@ -67,16 +67,17 @@ SAFE = MachineDefaults("dense", "dense", "model", "eager", "fixed", "the safe st
 # page runs the same drafter and policy (with its own k_max, and no confidence stop).
 MEASURED: dict[str, MachineDefaults] = {
     "cpu-avx512_bf16": MachineDefaults(
-        "w8a8", "int4", "auto", "eager", "cost",
-        "the fastest exact configuration measured on this kind: the bench's best mode on the w8a8 target, which is "
-        "batch-invariant, so its speculative output equals plain decoding bit for bit (1.63x the dense target's best). "
-        "The trained head drafts cheaper but is accepted too rarely yet (1.02x w8a8 plain). Eager, as compiling pays "
-        "back only after minutes per process",
-        Measurement("python -m specdec bench --target-kernel w8a8,bf16 "
-                    "--modes plain,best,head,best_head,llamacpp_plain,llamacpp_spec --max-new-tokens 64 --k 3",
-                    "`best` on w8a8 10.39 tok/s, 1.17x w8a8 plain (geomean of 6 prompts), equal to plain bit for bit on 6 of 6",
-                    "2-core Intel Xeon, AVX-512 BF16, AMX",
-                    f"{DOCS}#one-run-w8a8-batch-invariant-and-the-trained-head-avx-512-bf16-machine")),
+        "w4a8", "w4a8-v16k", "auto_head", "eager", "cost",
+        "the fastest exact configuration measured on this kind: the trained head, with prompt lookup where it matches, "
+        "on the w4a8 target, which is batch-invariant like w8a8, so its speculative output equals plain decoding bit for "
+        "bit (1.61x llama.cpp's plain decoding). The draft model's best ran 1.09x w4a8 plain; the int4 draft chosen "
+        "before costs 0.68 of a w4a8 step there. Eager, as compiling pays back only after minutes per process",
+        Measurement("python -m specdec bench --prompts assets/heldout_prompts.json --drafter head --target-kernel w4a8,w8a8 "
+                    "--modes plain,page,best,best_head,llamacpp_plain --max-new-tokens 64 --repeats 2",
+                    "`best_head` on w4a8 21.36 tok/s, 1.43x w4a8 plain (geomean of 6 held-out prompts), equal to plain "
+                    "bit for bit on 6 of 6",
+                    "2-core Intel Xeon, AVX-512 BF16, VNNI, AMX",
+                    f"{DOCS}#weights-prefetched-into-l2")),
     "cpu-avx2": MachineDefaults(
         "int8", "dense", "auto", "eager", "cost",
         "the fastest exact configuration measured on this kind (the bench's best mode on int8, 2.00 tok/s; dense 1.79, "
