@@ -59,13 +59,14 @@ bench: prepare
 # the 2091 steps 71 more. Interrupted, the same command resumes. The answers are now gathered
 # with ended rows leaving the batch, so the data, and the file, differ from the shipped one in the
 # last bits: an equivalent head, not the same file. Its start was the target's last layer (the recipe now
-# starts from random weights, which learned faster at equal data: docs/benchmarks.md).
+# starts from random weights, which learned faster at equal data: docs/benchmarks.md), and its prompts
+# the templates alone (version 1; the recipe now also writes prompts from the installed text).
 HEAD_FILE := assets/heads/qwen2.5-coder-1.5b-instruct.safetensors
 HEAD_ANSWERS := 1536
 HEAD_CODE_TOKENS := 196608
 HEAD_STEPS := 2091
 head: prepare
-	nice -n 5 $(PY) -m specdec head train --seed 0 --answers $(HEAD_ANSWERS) --code-tokens $(HEAD_CODE_TOKENS) --steps $(HEAD_STEPS) --alike 0 --init last-layer --out $(HEAD_FILE)
+	nice -n 5 $(PY) -m specdec head train --seed 0 --answers $(HEAD_ANSWERS) --code-tokens $(HEAD_CODE_TOKENS) --steps $(HEAD_STEPS) --alike 0 --init last-layer --prompts 1 --out $(HEAD_FILE)
 
 # vLLM's CPU build in its own environment under the cache (it pins an older transformers than
 # ours): a few minutes and about 3.5 GB once, a no-op afterwards. The vLLM tests skip without it.

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 # The recipe every arm changes one thing of: the shipped head's start (the target's last layer). The
-# recipe's default has since become the random start these arms found faster; pinning the base keeps
-# each arm what its folder and the recorded table say it is.
-BASE = {"init": "last-layer"}
+# recipe's default has since become the random start these arms found faster, and its prompts version 2;
+# pinning the base keeps each arm what its folder and the recorded table say it is.
+BASE = {"init": "last-layer", "prompts": 1}
 ARMS = {  # name -> the arm's changes from BASE
     "base": {},
     "fusion": {"fusion": True},

@@ -92,17 +92,75 @@ def test_acceptance_by_position_on_hand_made_drafts():
     assert c.mean_accepted == pytest.approx((3 + 2 + 1) / 4)
 
 
-def test_the_written_prompts_never_include_the_measured_ones():
+def project_material():
+    """Version 2's material from this project's own sources and docs (the same on every machine)."""
+    from specdec.train.prompt_material import Material
+
+    material = Material()
+    for path in [*sorted((ROOT / "specdec" / "train").glob("*.py")), ROOT / "docs" / "head.md"]:
+        material.add(path.name, path.read_text())
+    return material
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_written_prompts_never_include_the_measured_ones(version):
     from specdec.train.prompts import written_prompts
 
-    measured = [p["prompt"] for name in ("bench_prompts.json", "examples.json") for p in json.loads((ROOT / "assets" / name).read_text())]
+    measured = [p["prompt"] for name in ("bench_prompts.json", "examples.json", "heldout_prompts.json")
+                for p in json.loads((ROOT / "assets" / name).read_text())]
     code = "def total(values):\n    s = 0\n    for v in values:\n        s += v\n    return s\n"
-    written = written_prompts(0, 3000, [code])
+    written = written_prompts(0, 3000, [code], version, project_material())
     assert len(written) == 3000 and len(set(written)) == 3000
     for m in measured:
         assert all(m not in w and w not in m for w in written)
-    marks = ["merge_intervals", "hash table", "customers(id", "Ada Lovelace", "The build failed because"]
+    marks = ["merge_intervals", "hash table", "customers(id", "sales(id", "Ada Lovelace", "The build failed because", "train leaves"]
     assert not [w for w in written if any(mark in w for mark in marks)]
+
+
+def test_version_1_of_the_written_prompts_is_what_the_shipped_head_was_trained_on():
+    """Version 1 must not change: it decides the shipped head's held-out set and its recorded figures."""
+    import hashlib
+
+    from specdec.train.prompts import written
+
+    code = "def total(values):\n    s = 0\n    for v in values:\n        s += v\n    return s\n"
+    digest = lambda prompts: hashlib.sha256(json.dumps(prompts).encode()).hexdigest()  # noqa: E731
+    assert digest(written(0, 2000, [code])) == "0c77da5377527f71691b9a13e653b03b0deef0caf060f223db2bd6de9676364a"
+    assert digest(written(3, 500, [])) == "9930b696487d6c64d061acfc264076c98ab927e84642659b5b064ef8a09515d5"
+
+
+def test_version_2_writes_tasks_from_docstrings_doc_sentences_and_generated_schemas():
+    from specdec.train.prompts import TABLES, written
+
+    material = project_material()
+    assert material.tasks and material.sentences
+    prompts = written(0, 2000, [], 2, material)
+    by_kind = {}
+    for kind, prompt in prompts:
+        by_kind.setdefault(kind, []).append(prompt)
+    signatures = {signature for signature, _ in material.tasks}
+    assert any(any(f"`{s}`" in p for s in signatures) for p in by_kind["code"])
+    assert any(any(sentence in p for sentence in material.sentences) for p in by_kind["translation"])
+    generated = [p for p in by_kind["sql"] if any(f"`{table}(" in p for table in TABLES)]
+    assert len(set(generated)) >= 50  # the three schemas of version 1 gave 9 tasks in all
+    with pytest.raises(ValueError, match="versions 1 and 2, not 3"):
+        written(0, 10, [], 3)
+
+
+def test_a_folder_or_head_recorded_before_prompt_versions_reads_as_version_1(tiny_pair, tmp_path):
+    from dataclasses import replace
+
+    from specdec.kernels.head_offer import target_key
+    from specdec.train.data import write_json
+    from specdec.train.run import Workspace
+
+    assert Recipe().prompts == 2 and Recipe.recorded({"intermediate": 64}) == Recipe(intermediate=64, prompts=1)
+    older = {k: v for k, v in TINY.as_dict().items() if k != "prompts"}
+    (tmp_path / "old").mkdir()
+    write_json(tmp_path / "old" / "plan.json", {"target": target_key(tiny_pair), "recipe": older, "plan": Plan().as_dict(), "elapsed": 0.0})
+    Workspace.open(tmp_path / "old", target_key(tiny_pair), replace(TINY, prompts=1), Plan())  # resumes as it ran
+    with pytest.raises(ValueError, match=r"other settings: prompts 1 \(given 2\)"):
+        Workspace.open(tmp_path / "old", target_key(tiny_pair), TINY, Plan())
 
 
 def test_the_command_refuses_bad_settings_in_one_line(capsys):

@@ -25,6 +25,9 @@ def add_head_command(sub) -> None:
         default = getattr(TRAIN_DEFAULTS, name)
         t.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=f"recipe: {name} (default {default})")
     t.add_argument("--init", choices=("last-layer", "random"), default=TRAIN_DEFAULTS.init, help=f"the head's start (default {TRAIN_DEFAULTS.init})")
+    t.add_argument("--prompts", type=int, choices=(1, 2), default=TRAIN_DEFAULTS.prompts,
+                   help=f"the written prompts' version: 1, templates alone (the shipped head's); 2, also tasks and sentences from the "
+                        f"installed text and generated SQL schemas (default {TRAIN_DEFAULTS.prompts})")
     t.set_defaults(func=cmd_train)
     e = actions.add_parser("eval", help="a head file's top-1 agreement with the target by draft position, on the held-out data")
     _common(e)
@@ -72,7 +75,7 @@ def work_folder(args, pair) -> Path:
 
 
 def recipe_of(args) -> Recipe:
-    changed = {n: getattr(args, n) for n in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike", "init")}
+    changed = {n: getattr(args, n) for n in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike", "init", "prompts")}
     recipe = Recipe(**changed)
     if recipe.intermediate < 1 or recipe.depth < 1 or recipe.window < 8 or recipe.batch_positions < recipe.window or recipe.lr <= 0:
         raise ValueError("--intermediate and --depth must be >= 1, --window >= 8, --batch-positions >= --window, --lr > 0")
@@ -123,7 +126,7 @@ def cmd_eval(args) -> int:
     pair = load_pair(args.pair, device=args.device)
     stored = chosen_head(args, pair)
     head = head_weights(pair, stored, args.kernel)
-    recipe = Recipe(**{k: v for k, v in stored.record["recipe"].items() if k in Recipe.names()})
+    recipe = Recipe.recorded(stored.record["recipe"])
     root = Path(args.text_root) if args.text_root else None
     ids = drafting_ids(pair, stored)
     judged = evaluation(pair, head, recipe, work_folder(args, pair), args.seed, root, ids)
@@ -150,7 +153,7 @@ def cmd_vocab(args) -> int:
     train = load_split(folder, "train")
     if not train:
         raise ValueError(f"no training data in {folder} to count a vocabulary from (gather it: python -m specdec head train)")
-    recipe = Recipe(**{k: v for k, v in stored.record["recipe"].items() if k in Recipe.names()})
+    recipe = Recipe.recorded(stored.record["recipe"])
     head = head_weights(pair, stored, "dense")
     root = Path(args.text_root) if args.text_root else None
     before_ids, ids = drafting_ids(pair, stored), training_vocabulary(pair, train, recipe.vocab)

@@ -17,10 +17,12 @@ from pathlib import Path
 from specdec.train.collect import answer, fused_layers, read_features
 from specdec.train.corpus import chunks, documents
 from specdec.train.data import read_shard, shard_path, write_shard
+from specdec.train.prompt_material import Material
 from specdec.train.prompts import functions_of, written
 from specdec.train.recipe import Recipe
 
 SNIPPET_DOCS = 300  # training documents whose functions the edit prompts quote
+MATERIAL_DOCS = 2000  # training documents version 2's prompts take tasks and sentences from (about 14 s to parse)
 CHUNKS_PER_SHARD = 8
 
 
@@ -42,11 +44,13 @@ class Sources:
             val += chunks(pair.tokenizer(text)["input_ids"], recipe.chunk)
             if len(val) >= recipe.val_chunks:
                 break
-        snippets = []  # from the training documents: the held-out text is never quoted in a prompt
-        for name, text in itertools.islice(docs, SNIPPET_DOCS):
-            if name.endswith(".py"):
+        snippets, material = [], Material()  # from the training documents: the held-out text is never quoted in a prompt
+        for index, (name, text) in enumerate(itertools.islice(docs, SNIPPET_DOCS if recipe.prompts == 1 else MATERIAL_DOCS)):
+            if name.endswith(".py") and index < SNIPPET_DOCS:
                 snippets += functions_of(text)
-        kinds, prompts = zip(*written(seed, count, snippets)) if count else ((), ())
+            if recipe.prompts >= 2:
+                material.add(name, text)
+        kinds, prompts = zip(*written(seed, count, snippets, recipe.prompts, material)) if count else ((), ())
         held = list(prompts[: recipe.val_answers])  # in the order written: every kind, every length
         return cls(held + alike_in_length(list(prompts[len(held) :]), 4 * recipe.answer_batch), val[: recipe.val_chunks], used,
                    list(kinds[: recipe.val_answers]))

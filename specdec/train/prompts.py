@@ -1,10 +1,19 @@
 """The prompts whose answers the target writes for its own head (self-distillation).
 
 Written here from templates and word lists, in the kinds the page is used for (code, edits of given
-code, prose, SQL, JSON, translation), and never the bench prompts, the example prompts or the
-tests' prompts: acceptance is measured on those (tests/test_head_train.py checks that none of them
-appears here). Edit prompts take their code from functions of the installed packages
+code, prose, SQL, JSON, translation), and never the bench prompts, the example prompts, the held-out
+prompts or the tests' prompts: acceptance is measured on those (tests/test_head_train.py checks that
+none of them appears here). Edit prompts take their code from functions of the installed packages
 (specdec/train/corpus.py), so they vary as much as that code does.
+
+Two versions (the recipe's `prompts`, recorded in the working folder and the head file, since it
+decides the held-out set too):
+- 1: the templates and word lists alone: 9 SQL tasks, 48 sentences to translate. The shipped head's data.
+- 2: also tasks made from the installed packages' own text (`Material`): a function to write from a
+  public function's signature and the first sentence of its docstring, sentences of the packages'
+  docs to translate, and SQL tasks over schemas generated from a list of tables. Written for the
+  held-out figures' gap: a head that saw a few dozen SQL and translation prompts drafts well on
+  those, not on the next ones.
 """
 
 from __future__ import annotations
@@ -12,6 +21,8 @@ from __future__ import annotations
 import ast
 import random
 import textwrap
+
+from specdec.train.prompt_material import Material
 
 FUNCTIONS = [
     ("is_palindrome(text: str) -> bool", "tells whether a string reads the same backwards, ignoring case and spaces"),
@@ -139,16 +150,82 @@ def _json_prompt(rng: random.Random) -> str:
     return f"{task}. Reply with only the result.\n\n```json\n{json.dumps(people, indent=2)}\n```"
 
 
+DOCSTRING_TEMPLATES = [
+    "Write a Python function `{sig}`. Its docstring says: \"{doc}.\"",
+    "Implement `{sig}` in Python so that it does what its docstring says: \"{doc}.\"",
+    "Write `{sig}` in Python, with a short docstring. What it does: {doc}.",
+]
+# Tables for generated SQL schemas: name -> columns (the first is its key; *_id columns refer to the table
+# they name; numeric and date columns are named so that the tasks can tell them apart).
+TABLES = {
+    "clients": ["id", "name", "city", "joined_on"],
+    "invoices": ["id", "clients_id", "amount", "issued_on"],
+    "products": ["id", "name", "category", "price"],
+    "shipments": ["id", "products_id", "quantity", "shipped_on"],
+    "students": ["id", "name", "cohort", "enrolled_on"],
+    "exams": ["id", "students_id", "score", "taken_on"],
+    "flights": ["id", "origin", "destination", "seats"],
+    "bookings": ["id", "flights_id", "price", "booked_on"],
+    "repositories": ["id", "name", "language", "created_on"],
+    "commits": ["id", "repositories_id", "additions", "committed_on"],
+    "warehouses": ["id", "name", "region", "opened_on"],
+    "stock": ["id", "warehouses_id", "units", "counted_on"],
+}
+NUMERIC = ("amount", "price", "quantity", "score", "seats", "additions", "units")
+SQL_TASKS = [
+    "List each row of `{parent}` with the number of its `{child}`, most first",
+    "Find the `{parent}` that have no `{child}`",
+    "Find the `{parent}` that have no `{child}` since {year}",
+    "Show the {n} `{parent}` with the highest total `{num}` of their `{child}`",
+    "Show the {n} `{parent}` with the highest total `{num}` of their `{child}` in {year}",
+    "Give the average `{num}` of `{child}` per month of `{date}` in {year}, oldest month first",
+    "Count the `{child}` per `{parent}`.`{group}`",
+    "Count the `{child}` per `{parent}`.`{group}` in {year}, largest count first",
+    "List the `{child}` whose `{num}` is above the average of their `{parent}`",
+    "Find the first `{child}` of each `{parent}` by `{date}`",
+    "Find the `{parent}` whose `{child}` had a total `{num}` above {limit} in {year}",
+    "For each `{parent}`.`{group}`, show the largest `{num}` of a single row of `{child}`",
+]
+
+
+def _docstring_prompt(rng: random.Random, tasks: list[tuple[str, str]]) -> str | None:
+    if not tasks:
+        return None
+    signature, doc = rng.choice(tasks)
+    return rng.choice(DOCSTRING_TEMPLATES).format(sig=signature, doc=doc)
+
+
+def _schema_prompt(rng: random.Random) -> str:
+    """An SQL task over two generated tables, a parent and a child whose `<parent>_id` refers to it."""
+    child = rng.choice([name for name, columns in TABLES.items() if columns[1].endswith("_id")])
+    columns = TABLES[child]
+    parent = columns[1].removesuffix("_id")
+    num = next(c for c in columns if c in NUMERIC)
+    date = next(c for c in columns if c.endswith("_on"))
+    schema = " and ".join(f"`{name}({', '.join(TABLES[name])})`" for name in (parent, child))
+    task = rng.choice(SQL_TASKS).format(parent=parent, child=child, num=num, date=date, group=TABLES[parent][2], n=rng.choice([3, 5, 10]),
+                                      year=rng.randint(2019, 2025), limit=rng.choice([100, 500, 1000, 5000]))
+    return f"Write an SQL query. Tables: {schema}. {task}."
+
+
+def _translation_prompt(rng: random.Random, sentences: list[str]) -> str:
+    pool = sentences if sentences and rng.random() < 0.75 else SENTENCES
+    return f"Translate into {rng.choice(TARGET_LANGUAGES)}:\n\n" + " ".join(rng.sample(pool, min(2, len(pool))))
+
+
 KINDS = ("code", "edit", "prose", "sql", "json", "translation")  # the kinds written, in the makers' order
 
 
-def written_prompts(seed: int, count: int, snippets: list[str]) -> list[str]:
+def written_prompts(seed: int, count: int, snippets: list[str], version: int = 1, material: Material | None = None) -> list[str]:
     """`count` prompts in the seed's order, every kind mixed; `snippets`: code for the edit prompts."""
-    return [prompt for _, prompt in written(seed, count, snippets)]
+    return [prompt for _, prompt in written(seed, count, snippets, version, material)]
 
 
-def written(seed: int, count: int, snippets: list[str]) -> list[tuple[str, str]]:
-    """(kind, prompt) for written_prompts' prompts, in the same order: the figures per kind of text."""
+def written(seed: int, count: int, snippets: list[str], version: int = 1, material: Material | None = None) -> list[tuple[str, str]]:
+    """(kind, prompt) for written_prompts' prompts, in the same order: the figures per kind of text.
+    version: 1 or 2 (module docstring); material: what version 2 takes from the installed text."""
+    if version not in (1, 2):
+        raise ValueError(f"the written prompts have versions 1 and 2, not {version}")
     rng = random.Random(seed)
     makers = [
         lambda: rng.choice(CODE_TEMPLATES).format(lang=rng.choice(LANGUAGES), **dict(zip(("sig", "task"), rng.choice(FUNCTIONS)))),
@@ -158,14 +235,20 @@ def written(seed: int, count: int, snippets: list[str]) -> list[tuple[str, str]]
         lambda: _json_prompt(rng),
         lambda: f"Translate into {rng.choice(TARGET_LANGUAGES)}:\n\n" + " ".join(rng.sample(SENTENCES, 2)),
     ]
-    weights = [4, 3, 2, 1, 1, 1]  # code first: it is what this pair is for
+    kinds, weights = list(KINDS), [4, 3, 2, 1, 1, 1]  # code first: it is what this pair is for
+    if version == 2:
+        material = material or Material()
+        makers += [lambda: _docstring_prompt(rng, material.tasks), lambda: _schema_prompt(rng),
+                   lambda: _translation_prompt(rng, material.sentences)]
+        kinds += ["code", "sql", "translation"]
+        weights = [2, 3, 2, 1, 1, 1, 2, 1, 2]  # as many code prompts, and three times the SQL and translation
     out, seen = [], set()
     while len(out) < count and len(seen) < 50 * count:
         kind = rng.choices(range(len(makers)), weights)[0]
         prompt = makers[kind]()
         if prompt and prompt not in seen:
             seen.add(prompt)
-            out.append((KINDS[kind], prompt))
+            out.append((kinds[kind], prompt))
         elif prompt:
             seen.add(prompt + str(len(seen)))  # count a repeat so a small pool cannot loop forever
     return out

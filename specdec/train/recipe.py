@@ -32,6 +32,7 @@ class Recipe:
     val_chunks: int = 16  # held-out chunks of read text
     eval_depth: int = 6  # draft positions the validation figures cover
     fusion: bool = False  # EAGLE-3's features: the target's low and middle layers' rows fused with its last (3H -> H) into the head's input; the data keeps them (an ablation: a tie with the last layer alone at equal data, docs/benchmarks.md)
+    prompts: int = 2  # the written prompts' version (specdec/train/prompts.py): 1, templates alone (the shipped head's data); 2, also tasks and sentences from the installed text, and generated SQL schemas
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -39,6 +40,16 @@ class Recipe:
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+    @classmethod
+    def recorded(cls, record: dict) -> "Recipe":
+        """The recipe a working folder or head file recorded. A field added since ran as before it was
+        added: its default, or BEFORE_RECORDED where the default has changed since."""
+        return cls(**{**BEFORE_RECORDED, **{k: v for k, v in record.items() if k in cls.names()}})
+
+
+# What a record written before a field existed ran with, where that is not the field's default now.
+BEFORE_RECORDED = {"prompts": 1}
 
 
 @dataclass

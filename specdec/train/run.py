@@ -54,7 +54,7 @@ class Workspace:
         if record is None:
             write_json(folder / "plan.json", fresh)
             return cls(folder, fresh)
-        recorded = {**Recipe().as_dict(), **record["recipe"]}  # a field added since ran at its default (the old behaviour)
+        recorded = Recipe.recorded(record["recipe"]).as_dict()  # a field added since ran as before it (Recipe.recorded)
         asked = recipe.as_dict()
         differ = [f"{name} {recorded[name]} (given {asked[name]})" for name in asked if recorded.get(name) != asked[name]]
         differ += ["target"] if record["target"] != key else []
