@@ -39,6 +39,10 @@ def test_measured_once_then_read_from_disk(tiny_pair, cache, count_measurements,
     data = json.loads(path.read_text())
     assert data["key"] == {"pair": "tiny-random", "target_kernel": "dense", "draft_variant": "dense", "dtype": "fp32", "runner": "eager"}
     assert data["machine"]["torch"] and "threads" in data["machine"]
+    from specdec.measure.stream_rate import streamed_bytes  # the decode step's limit travels with the table
+
+    assert costs.streamed_bytes == streamed_bytes(tiny_pair.target) == data["costs"]["streamed_bytes"] > 0
+    assert costs.read_rate == data["costs"]["read_rate"] > 0 and costs.limit_s == costs.streamed_bytes / costs.read_rate
     monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
     assert cost_table.measure(tiny_pair) == costs and len(count_measurements) == 1
     again = cost_table.measure(tiny_pair, repeats=1, refresh=True)

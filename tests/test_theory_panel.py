@@ -148,6 +148,17 @@ def test_one_cost_curve_per_kernel_and_a_sentence_on_where_drafting_pays():
     assert "**dense**: decode step 200 ms, checking 6 tokens costs 1.05 of them" in text
     assert "**q4k**: decode step 50 ms, checking 6 tokens costs 3.40 of them; at \u03b1 = 0.70 drafting does not pay (K = 0)" in text
     assert "dense**: decode step 200 ms, checking 6 tokens costs 1.05 of them; at \u03b1 = 0.70 the best K is" in text
+    assert "its limit" not in text  # these tables carry no bytes or read rate
+
+
+def test_each_kernel_is_shown_beside_its_physical_limit():
+    from dataclasses import replace
+
+    costs = PassCosts((1, 2, 6), (0.066, 0.07, 0.08), 0.03, 200, 3, streamed_bytes=1_076_000_000, read_rate=32.0e9)
+    text = theory.passcost_caption(None, 5, {"w4a8": costs, "llama.cpp": replace(costs, streamed_bytes=None)})
+    assert "**w4a8**: decode step 66 ms (2.0\u00d7 its limit of 34 ms: 1.08 GB at 32 GB/s), checking 6 tokens" in text
+    assert "**llama.cpp**: decode step 66 ms, checking" in text  # no bytes: no limit claimed
+    assert "no step can be faster" in text
 
 
 def test_break_even_lines_of_other_kernels_on_the_codesign_map():

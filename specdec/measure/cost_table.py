@@ -251,7 +251,8 @@ def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
                   "draft_feed_s": None if costs.draft_feed_s is None else list(costs.draft_feed_s),
-                  "head_s": {}, "context": costs.context, "repeats": costs.repeats},
+                  "head_s": {}, "context": costs.context, "repeats": costs.repeats,
+                  "streamed_bytes": costs.streamed_bytes, "read_rate": costs.read_rate},
     })
 
 
@@ -298,8 +299,10 @@ def read(path: Path) -> PassCosts | None:
         feeds = None if draft_s is None else tuple(float(t) for t in c["draft_feed_s"])
         if feeds is not None and (len(feeds) != len(sizes) or not all(t > 0 for t in feeds)):
             return None
+        limit = {name: c.get(name) if isinstance(c.get(name), (int, float)) and c.get(name) > 0 else None
+                 for name in ("streamed_bytes", "read_rate")}  # optional: a table without them shows no limit
         return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]),
-                         draft_feed_s=feeds)
+                         draft_feed_s=feeds, **limit)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

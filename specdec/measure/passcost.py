@@ -25,6 +25,7 @@ import torch
 from specdec.core.runners import runner_model
 from specdec.core.runners.static_model import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
+from specdec.measure.stream_rate import process_read_rate, streamed_bytes
 
 SIZES = (1, 2, 4, 8, 16, 32)
 MAX_CONTEXT = 256  # positions prefilled before timing (the prompt, cut to its last tokens)
@@ -40,6 +41,8 @@ class PassCosts:
     head_s: float | None = None  # median seconds of one draft step of the run's trained head (None: not timed)
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
     draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
+    streamed_bytes: int | None = None  # bytes a decode step of the target reads at least (specdec.measure.stream_rate)
+    read_rate: float | None = None  # bytes a second this machine read from memory when the table was measured
 
     def target_pass_s(self, n: float) -> float:
         """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes."""
@@ -63,6 +66,11 @@ class PassCosts:
     def verify_cost(self, k: int) -> float:
         """A (K+1)-token pass in decode steps."""
         return self.target_pass_s(k + 1) / self.decode_step_s
+
+    @property
+    def limit_s(self) -> float | None:
+        """The decode step's physical limit: its bytes over the memory's read rate (None: not measured)."""
+        return self.streamed_bytes / self.read_rate if self.streamed_bytes and self.read_rate else None
 
     @property
     def c(self) -> float | None:
@@ -167,12 +175,13 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
     with prefilled(runner, target, vocab_size, context, max(sizes), [(n, False) for n in sizes]) as target_lm:
         time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
         target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
+    limit = {"streamed_bytes": streamed_bytes(target), "read_rate": process_read_rate(next(target.parameters()).device)}
     if draft is None:
-        return PassCosts(tuple(sizes), tuple(target_s), None, len(context), repeats)
+        return PassCosts(tuple(sizes), tuple(target_s), None, len(context), repeats, **limit)
     feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner)
     # A catch-up over 1 token is the one-token draft pass: timed once, not again apart.
     draft_s = feeds[list(sizes).index(1)] if 1 in sizes else time_draft(draft, vocab_size, context, repeats, tick, runner)
-    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats, draft_feed_s=tuple(feeds))
+    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats, draft_feed_s=tuple(feeds), **limit)
 
 
 def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3, tick=None, runner: str = "eager") -> float:

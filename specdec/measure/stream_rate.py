@@ -8,6 +8,7 @@ kernel's measured step, and how far the step is from it (docs/kernels.md, "The p
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -53,3 +54,10 @@ def read_rate(device: torch.device | str = "cpu", mib: int = READ_MIB, repeats: 
         sync()
         times.append(time.perf_counter() - start)
     return x.numel() * x.element_size() / statistics.median(times)
+
+
+@functools.cache
+def process_read_rate(device: torch.device) -> float:
+    """read_rate, measured once per process and device (about a second): the cost tables carry it
+    beside the decode step they time, so the page can say how far each step is from its limit."""
+    return read_rate(device)
