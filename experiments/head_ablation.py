@@ -57,7 +57,7 @@ def main() -> int:
     pair = load_pair("qwen2.5-coder-1.5b/0.5b")
     rows = []
     for name in args.variants.split(","):
-        recipe = dataclasses.replace(Recipe(**recorded["recipe"]), **VARIANTS[name])
+        recipe = dataclasses.replace(Recipe.recorded(recorded["recipe"]), **VARIANTS[name])
         work = data.with_name(f"{data.name}-{args.tag}{name}")
         work.mkdir(exist_ok=True)
         for shard in data.glob("*.safetensors"):
