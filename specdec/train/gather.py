@@ -22,7 +22,7 @@ from specdec.train.prompts import functions_of, written
 from specdec.train.recipe import Recipe
 
 SNIPPET_DOCS = 300  # training documents whose functions the edit prompts quote
-MATERIAL_DOCS = 2000  # training documents version 2's prompts take tasks and sentences from (about 14 s to parse)
+MATERIAL_DOCS = 2000  # training documents version 2's prompts take tasks and sentences from (about 7 s to parse)
 CHUNKS_PER_SHARD = 8
 
 

@@ -22,30 +22,26 @@ class Material:
 
     def add(self, name: str, text: str) -> None:
         if name.endswith(".py"):
-            self.tasks += docstring_tasks(text)
-            self.sentences += plain_sentences("\n\n".join(docstrings(text)), limit=2)
+            try:
+                tree = ast.parse(text)  # once for both: parsing is most of the time this takes
+            except (SyntaxError, ValueError):
+                return
+            self.tasks += docstring_tasks(tree)
+            self.sentences += plain_sentences("\n\n".join(docstrings(tree)), limit=2)
         elif name.endswith((".md", ".rst", ".txt")):
             self.sentences += plain_sentences(text)
 
 
-def docstrings(text: str) -> list[str]:
-    """Every docstring of Python source (the module's, its classes' and functions'): prose the
+def docstrings(tree: ast.Module) -> list[str]:
+    """Every docstring of parsed Python source (the module's, its classes' and functions'): prose the
     packages' authors wrote, the most of it there is on a machine with few docs files."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
     nodes = [node for node in ast.walk(tree) if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
     return [doc for doc in map(ast.get_docstring, nodes) if doc]
 
 
-def docstring_tasks(text: str, limit: int = 4) -> list[tuple[str, str]]:
-    """(signature, first sentence of its docstring) of up to `limit` public top-level functions of Python
-    source: a short signature, and a sentence of 4 to 30 words of plain text (no markup, no code)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
+def docstring_tasks(tree: ast.Module, limit: int = 4) -> list[tuple[str, str]]:
+    """(signature, first sentence of its docstring) of up to `limit` public top-level functions of parsed
+    Python source: a short signature, and a sentence of 4 to 30 words of plain text (no markup, no code)."""
     found = []
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
