@@ -20,9 +20,9 @@ def kernels_sentence(tables: dict, k: int, alpha: float | None) -> str:
             part += (f"; at \u03b1 = {alpha:.2f} drafting does not pay (K = 0)" if choice.k == 0 else
                      f"; at \u03b1 = {alpha:.2f} the best K is {choice.k}, {gain:.2f}\u00d7 plain on this kernel")
         parts.append(part)
-    limits = (" A kernel's limit is the bytes its decode step must read over the rate this machine read memory at when its "
-              "table was measured: no step can be faster, and what a step takes beyond it is spent on anything but reading "
-              "weights." if any(getattr(c, "limit_s", None) for c in tables.values()) else "")
+    limits = (" A kernel's limit is the bytes its decode step must read over the rate this machine reads memory at: no step "
+              "can be faster, and what a step takes beyond it is spent on anything but reading weights."
+              if any(costs.limit_s for costs in tables.values()) else "")
     return ("Per kernel: " + "; ".join(parts) + "." + limits + " A kernel that makes the one-token pass cheap (fewer bytes per weight) "
             "but whose time grows with the tokens in a pass (its arithmetic, not its memory, is the limit) makes the check "
             "dear: there speculation pays less, or not at all, though plain decoding is faster.")
@@ -30,7 +30,7 @@ def kernels_sentence(tables: dict, k: int, alpha: float | None) -> str:
 
 def limit_clause(costs) -> str:
     """" (N.N\u00d7 its limit of M ms: G GB at R GB/s)" where the table carries its bytes and read rate, else ""."""
-    limit = getattr(costs, "limit_s", None)
+    limit = costs.limit_s
     if not limit:
         return ""
     return (f" ({costs.decode_step_s / limit:.1f}\u00d7 its limit of {1000 * limit:.0f} ms: {costs.streamed_bytes / 1e9:.2f} GB "

@@ -42,7 +42,7 @@ class PassCosts:
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
     draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
     streamed_bytes: int | None = None  # bytes a decode step of the target reads at least (specdec.measure.stream_rate)
-    read_rate: float | None = None  # bytes a second this machine read from memory when the table was measured
+    read_rate: float | None = None  # bytes a second this machine reads from memory (stream_rate.process_read_rate: once per process)
 
     def target_pass_s(self, n: float) -> float:
         """Seconds of a pass over n tokens, linear between (and beyond) the measured sizes."""

@@ -58,6 +58,8 @@ def read_rate(device: torch.device | str = "cpu", mib: int = READ_MIB, repeats: 
 
 @functools.cache
 def process_read_rate(device: torch.device) -> float:
-    """read_rate, measured once per process and device (about a second): the cost tables carry it
-    beside the decode step they time, so the page can say how far each step is from its limit."""
+    """read_rate, measured once per process and device (about a second; a first start measures several
+    tables within its budget): the cost tables carry it beside the decode step they time, so the page
+    can say how far each step is from its limit. A table measured again later in the same process
+    keeps the first figure."""
     return read_rate(device)
