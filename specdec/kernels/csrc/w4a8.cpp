@@ -19,9 +19,9 @@
 // Two paths, chosen at run time (or forced, to test that they agree bit for bit):
 // - AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, which is what q (0..15) and qx are: four
 //   products into each int32 lane, 16 output channels a vector, two vectors a tile;
-// - AVX2: vpmaddubsw(q, qx) gives pairs of products, the low and the high nibbles' pairs are added in int16
-//   (at most 4 * 15 * 127 = 7620: no saturation), then vpmaddwd with ones adds them into int32; 8 channels
-//   a vector.
+// - AVX2: vpmaddubsw(q, qx) gives pairs of products; a sub-block's pairs are added in int16 (at most
+//   4 * 4 * 15 * 127 = 30480: no overflow), then vpmaddwd with the sub-block's sc adds them, scaled, into
+//   int32, and M comes from int16 pairs of m and of the sums of qx (vpmaddwd) too; 8 channels a vector.
 // In both, the 4-bit codes are unpacked to bytes in registers (a mask and a shift), never in memory.
 //
 // Packed layout, (tiles, supers, kRecord) uint8, tiles = ceil(N / 32), supers = Kp / 256: one record per
@@ -72,12 +72,12 @@ inline int32_t four_bytes(const int8_t* p) {
 }
 
 // The rows' activations as the products read them: for R rows starting at xq (stride ldx), the sums of
-// qx per sub-block (xsum, stride lds) and the scales per activation block (sx, stride ldb).
+// qx per sub-block as int16 (xsum16, stride lds; |sum| <= 32 * 127) and the scales per activation block
+// (sx, stride ldb).
 struct Rows {
   const int8_t* xq;
   int64_t ldx;
-  const float* xsum;  // exact: |sum| <= 32 * 127
-  const int16_t* xsum16;  // the same sums as int16, for the AVX-512 path's minima (vpdpwssd)
+  const int16_t* xsum16;
   int64_t lds;
   const float* sx;
   int64_t ldb;
@@ -168,7 +168,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Ro
 template <int R>
 __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, const uint8_t* rec, int64_t supers, int quarter,
                                                                float* part) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
   const int64_t c0 = 8 * quarter;
   for (int r = 0; r < R; ++r) std::fill(part + r * kTile + c0, part + r * kTile + c0 + 8, 0.0f);
   for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
@@ -178,12 +178,12 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
       for (int64_t line = 0; line < kRecord - kCodes; line += 128) prefetch_ahead(rec + kCodes + line);
     }
     for (int64_t h = 0; h < kSubs / kHalfSubs; ++h) {
-      __m256 S[R];
-      for (int r = 0; r < R; ++r) S[r] = _mm256_setzero_ps();
+      __m256i S[R];  // int32: exact (|S| < 2^24), the same integers the AVX-512 path sums in floats
+      for (int r = 0; r < R; ++r) S[r] = _mm256_setzero_si256();
       for (int64_t j = h * kHalfSubs; j < (h + 1) * kHalfSubs; ++j) {
         const int64_t col = s * kSuper + j * kSub;
-        __m256i sum[R];
-        for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+        __m256i sum16[R];  // a sub-block's pairs of products in int16: at most 4 * 2 * 2 * 15 * 127 = 30480
+        for (int r = 0; r < R; ++r) sum16[r] = _mm256_setzero_si256();
         for (int p = 0; p < 4; ++p) {
           if (quarter == 0) prefetch_ahead(rec + (j * 4 + p) * 2 * 64);  // later quarters read the record from cache
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + (j * 4 + p) * 2 * 64 + 32 * quarter));
@@ -192,19 +192,27 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
             const int8_t* x = a.xq + r * a.ldx + col + 4 * p;
             const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(four_bytes(x)));
             const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(four_bytes(x + 16)));
-            sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_add_epi16(plo, phi), ones));
+            sum16[r] = _mm256_add_epi16(sum16[r], _mm256_add_epi16(plo, phi));
           }
         }
-        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kScOffset + j * kTile + c0))));
-        for (int r = 0; r < R; ++r) S[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), sc, S[r]);
+        // sc of each channel in both int16 halves of its lane: vpmaddwd scales and adds the lane's two sums
+        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kScOffset + j * kTile + c0)));
+        const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+        for (int r = 0; r < R; ++r) S[r] = _mm256_add_epi32(S[r], _mm256_madd_epi16(sum16[r], sc2));
+      }
+      __m256i mpair[kHalfSubs / 2];  // 8 channels' (m[j], m[j + 1]) as int16 pairs, j = 4h, 4h + 2
+      for (int64_t q = 0; q < kHalfSubs / 2; ++q) {
+        const uint8_t* mj = rec + kMinOffset + (h * kHalfSubs + 2 * q) * kTile + c0;
+        const __m128i m0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj));
+        const __m128i m1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj + kTile));
+        mpair[q] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
       }
       for (int r = 0; r < R; ++r) {
-        __m256 M = _mm256_setzero_ps();
-        for (int64_t j = h * kHalfSubs; j < (h + 1) * kHalfSubs; ++j) {
-          const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kMinOffset + j * kTile + c0))));
-          M = _mm256_fmadd_ps(mn, _mm256_set1_ps(a.xsum[r * a.lds + s * kSubs + j]), M);
-        }
-        const __m256 c = _mm256_sub_ps(_mm256_mul_ps(S[r], d), _mm256_mul_ps(M, dmin));
+        const int16_t* xs = a.xsum16 + r * a.lds + s * kSubs + h * kHalfSubs;
+        __m256i Mi = _mm256_setzero_si256();
+        for (int64_t q = 0; q < kHalfSubs / 2; ++q)
+          Mi = _mm256_add_epi32(Mi, _mm256_madd_epi16(mpair[q], _mm256_set1_epi32(four_bytes(reinterpret_cast<const int8_t*>(xs + 2 * q)))));
+        const __m256 c = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(S[r]), d), _mm256_mul_ps(_mm256_cvtepi32_ps(Mi), dmin));
         float* out = part + r * kTile + c0;
         _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(c, _mm256_set1_ps(a.sx[r * a.ldb + s * 2 + h]))));
       }
@@ -238,7 +246,6 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
   std::vector<int8_t> q(M * Kp);
   std::vector<float> sx(M * blocks);
   std::vector<int32_t> qsum(M * blocks);
-  std::vector<float> xsum(M * subs);
   std::vector<int16_t> xsum16(M * subs);
   at::parallel_for(0, M, M * K >= 65536 ? 1 : M, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
@@ -247,7 +254,6 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       for (int64_t j = 0; j < subs; ++j) {
         int32_t sum = 0;
         for (int64_t k = 0; k < kSub; ++k) sum += qm[j * kSub + k];
-        xsum[m * subs + j] = static_cast<float>(sum);
         xsum16[m * subs + j] = static_cast<int16_t>(sum);  // |sum| <= 32 * 127
       }
     }
@@ -262,7 +268,7 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       const int64_t n0 = t * kTile, cols = std::min(kTile, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += block) {
         const int rows = static_cast<int>(std::min<int64_t>(block, M - m0));
-        const Rows a{q.data() + m0 * Kp, Kp, xsum.data() + m0 * subs, xsum16.data() + m0 * subs, subs, sx.data() + m0 * blocks, blocks};
+        const Rows a{q.data() + m0 * Kp, Kp, xsum16.data() + m0 * subs, subs, sx.data() + m0 * blocks, blocks};
         if (vnni) block_avx512(rows, a, rec, supers, part);
         else block_avx2(rows, a, rec, supers, part);
         for (int r = 0; r < rows; ++r) {  // the epilogue, the same code whatever the path
