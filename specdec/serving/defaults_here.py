@@ -119,12 +119,15 @@ def plan(pair) -> list[tuple[str, str]]:
 
 def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refresh: bool = False) -> choose.Measured:
     """Time every candidate's costs (cost tables from the cache where they are), choose, keep the
-    choice. What this measurement built is dropped again (the chosen one is built when asked for)."""
+    choice. What this measurement built is dropped again, but for the chosen kernel and draft variant:
+    the start runs on them, and building them again would take it about 20 s more."""
     from tqdm import tqdm
 
     start, steps = time.monotonic(), plan(pair)
     tables, drafts, heads, skipped = {}, {}, {}, {}
     built_before = (set(pair.built.kernels), set(pair.built.drafts))
+    fallback = defaults_for(pair.device, pair.name)
+    likely = ({fallback.target_kernel}, {fallback.draft_variant})  # the recorded entry: kept built until the choice is made
     bar = tqdm(total=len(steps), unit="item", desc=f"measuring {pair.name} on this machine", disable=not progress)
     for what, name in steps:
         label = f"{what} {name}"
@@ -137,7 +140,7 @@ def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refre
                 _time_one(pair, what, name, tables, drafts, heads, refresh)
             except (ValueError, RuntimeError, OSError) as err:
                 skipped["head" if what == "head" else label] = str(err).split("\n")[0]
-            _drop_built(pair, built_before)
+            _drop_built(pair, built_before, likely)
         bar.update()
     bar.close()
     if not tables:
@@ -149,7 +152,7 @@ def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refre
                                defaults_for(pair.device, pair.name).draft_variant, digest)
     cost_table._write_json(choice_path(pair.name, pair.device), measured.as_json())
     keep_chosen_table(pair, measured, tables, drafts)
-    _drop_built(pair, built_before)  # the chosen variant, built again to time its catch-ups
+    _drop_built(pair, built_before, ({measured.chosen.target_kernel}, {measured.variant}))  # what the start runs on stays
     return measured
 
 
@@ -192,10 +195,10 @@ def _time_one(pair, what: str, name: str, tables: dict, drafts: dict, heads: dic
         heads[name] = cost_table.head_step_s(pair, path, head_source(pair, name))
 
 
-def _drop_built(pair, before: tuple[set, set]) -> None:
-    """Drop the kernels and draft variants built for the measurement alone: holding every one at
-    once would need several copies of the models in memory."""
-    kernels, drafts = before
+def _drop_built(pair, before: tuple[set, set], keep: tuple[set, set]) -> None:
+    """Drop the kernels and draft variants built for the measurement alone, but those in `keep`
+    (kernels, variants): holding every one at once would need several copies of the models in memory."""
+    kernels, drafts = before[0] | keep[0], before[1] | keep[1]
     for name in [k for k in pair.built.kernels if k not in kernels]:
         del pair.built.kernels[name]
     for name in [v for v in pair.built.drafts if v not in drafts]:
