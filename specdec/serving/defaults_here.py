@@ -34,7 +34,8 @@ from specdec.models.bundle import cache_root
 # The most a start spends measuring; what is left is said, and measured at the next start (the
 # tables measured so far are kept). 40 s reaches the recorded kernel, w4a8 and the head, and most
 # draft variants, on 2 cores with the embedded pair: a fresh clone's first start serves the page in
-# about two minutes, pip's installs included, where everything (about 100 s) would take three.
+# about 90 s to two minutes, pip's installs included, where everything (about 100 s) would take three.
+# No item starts after it; one begun finishes (a kernel built and timed takes 20 to 30 s).
 BUDGET_S = 40.0
 BUDGET = "over the time budget"  # the reason given for what the budget left out (measured at the next start)
 
