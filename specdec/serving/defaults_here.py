@@ -120,8 +120,9 @@ def plan(pair) -> list[tuple[str, str]]:
 
 def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refresh: bool = False) -> choose.Measured:
     """Time every candidate's costs (cost tables from the cache where they are), choose, keep the
-    choice. What this measurement built is dropped again, but for the chosen kernel and draft variant:
-    the start runs on them, and building them again would take it about 20 s more."""
+    choice. What this measurement built is dropped again, except that the recorded kernel and draft
+    variant stay built until the choice is made, and the chosen ones, where built, after it: the start
+    runs on them, and building them again would take it about 20 s more."""
     from tqdm import tqdm
 
     start, steps = time.monotonic(), plan(pair)
