@@ -76,8 +76,7 @@ def is_converted(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool
 def in_cache(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> bool:
     """Whether everything the app reads of the bundle is in the cache: both models converted and
     both GGUF files joined (gguf_files). Then its chunk packages are not needed at all."""
-    folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
-    return is_converted(name, cache_dir) and all((folder / f"{m.key}.gguf").is_file() for m in bundle_models(name))
+    return is_converted(name, cache_dir) and all(path.is_file() for path in _gguf_paths(name, cache_dir))
 
 
 def missing_packages(name: str = BUNDLE_NAME) -> list[str]:
@@ -115,9 +114,8 @@ def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[
     `<cache>/<bundle>/gguf/`, checked against their SHA-256, and kept there. Real engines
     (llama.cpp) serve these files, and the target's q4k kernel reads its 4-bit grid from them.
     A file is renamed into place only after its hash matched, so a present file is a checked one."""
-    models = bundle_models(name)
-    folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
-    paths = tuple(folder / f"{model.key}.gguf" for model in models)
+    models, paths = bundle_models(name), _gguf_paths(name, cache_dir)
+    folder = paths[0].parent
     for model, path in zip(models, paths):
         if path.is_file():
             continue
@@ -142,6 +140,12 @@ def gguf_files(name: str = BUNDLE_NAME, cache_dir: Path | None = None) -> tuple[
         finally:
             partial.unlink(missing_ok=True)
     return paths[0], paths[1]
+
+
+def _gguf_paths(name: str, cache_dir: Path | None) -> tuple[Path, Path]:
+    """Where gguf_files keeps the (target, draft) GGUF files: `<cache>/<bundle>/gguf/<key>.gguf`."""
+    folder = (Path(cache_dir) if cache_dir is not None else cache_root()) / name / "gguf"
+    return tuple(folder / f"{model.key}.gguf" for model in bundle_models(name))
 
 
 def bundle_models(name: str) -> tuple[BundleModel, BundleModel]:
