@@ -28,11 +28,6 @@ import torch
 from torch import nn
 
 
-def products(model: nn.Module) -> dict[str, nn.Module]:
-    """The model's matrix products: its leaf layers with out_features (as passcost.no_products finds them)."""
-    return {name: m for name, m in model.named_modules() if hasattr(m, "out_features") and next(m.children(), None) is None}
-
-
 def steps(model: nn.Module, context: int, count: int, spent: dict | None = None) -> tuple[list[float], list[dict]]:
     """Seconds of `count` decode steps after a prefill of `context` random tokens (two warm-up steps
     first), and a copy of `spent` after each (cleared before each step: the wrapped products add to it)."""
@@ -64,6 +59,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(min(2, torch.get_num_threads()))
     from specdec.kernels.target_kernels import kernel_target
+    from specdec.measure.passcost import no_products, products
     from specdec.models.pair import load_pair
 
     pair = load_pair("qwen2.5-coder-1.5b/0.5b", device="cpu")
@@ -72,7 +68,7 @@ def main() -> None:
     head = model.get_output_embeddings()
 
     spent: dict = {}
-    for layer in layers.values():
+    for layer in layers:
         def timed(self, x, forward=type(layer).forward):
             start = time.perf_counter()
             y = forward(self, x)
@@ -90,29 +86,29 @@ def main() -> None:
     buffer = torch.ones(256 * 2**20)  # 1 GiB of float32, read in one share per product
     share, calls = buffer.numel() // len(layers), [0]
 
-    def zeros(self, x, stream=False):
-        if stream:
-            i = calls[0] % len(layers)
-            calls[0] += 1
-            buffer[i * share : (i + 1) * share].sum()
+    def streamed_zeros(self, x):
+        i = calls[0] % len(layers)
+        calls[0] += 1
+        buffer[i * share : (i + 1) * share].sum()
         return x.new_zeros(*x.shape[:-1], self.out_features)
 
-    for stream in (False, True):
-        for layer in layers.values():
-            layer.forward = types.MethodType(lambda self, x, s=stream: zeros(self, x, s), layer)
+    for layer in layers:
+        del layer.forward  # the timed wrapper: back to the class's forward
+    with no_products(model):
         rest = statistics.median(steps(model, args.context, args.steps)[0])
-        if not stream:
-            print(f"products as zeros: the rest alone {rest * 1e3:.1f} ms")
-            continue
-        alone = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            for i in range(len(layers)):
-                buffer[i * share : (i + 1) * share].sum()
-            alone.append(time.perf_counter() - start)
-        streamed = statistics.median(alone)
-        print(f"products as zeros, each followed by its share of 1 GiB read: step {rest * 1e3:.1f} ms, the reads alone "
-              f"{streamed * 1e3:.1f} ms, so the rest {(rest - streamed) * 1e3:.1f} ms")
+    print(f"products as zeros: the rest alone {rest * 1e3:.1f} ms")
+    for layer in layers:
+        layer.forward = types.MethodType(streamed_zeros, layer)
+    rest = statistics.median(steps(model, args.context, args.steps)[0])
+    alone = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        for i in range(len(layers)):
+            buffer[i * share : (i + 1) * share].sum()
+        alone.append(time.perf_counter() - start)
+    streamed = statistics.median(alone)
+    print(f"products as zeros, each followed by its share of 1 GiB read: step {rest * 1e3:.1f} ms, the reads alone "
+          f"{streamed * 1e3:.1f} ms, so the rest {(rest - streamed) * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

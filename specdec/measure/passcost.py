@@ -138,12 +138,18 @@ def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = Fa
     return [statistics.median(runs[0, n]) for n in sizes]
 
 
+def products(module) -> list:
+    """The matrix products of `module`: each leaf layer with `out_features` (nn.Linear and this
+    project's quantized layers)."""
+    return [m for m in module.modules() if hasattr(m, "out_features") and next(m.children(), None) is None]
+
+
 @contextmanager
 def no_products(module):
     """Every matrix product in `module` (each leaf layer with `out_features`: nn.Linear and this
     project's quantized layers) returns zeros of its output shape instead: what a pass costs then
     is everything else (attention, norms, rotary, the cache, Python). Restored on leaving."""
-    layers = [m for m in module.modules() if hasattr(m, "out_features") and next(m.children(), None) is None]
+    layers = products(module)
     for layer in layers:
         layer.forward = types.MethodType(_zeros, layer)  # the instance's attribute shadows its class's forward
     try:
