@@ -28,7 +28,8 @@ def text_root(tmp_path_factory):
 def run(tiny_pair, text_root, work, out, steps=24, **plan):
     from specdec.train.run import train
 
-    return train(tiny_pair, TINY, Plan(seed=0, answers=8, code_tokens=600, steps=steps, **plan), work, out, bars=False, root=text_root)
+    plan = {"seed": 0, "answers": 8, "code_tokens": 600, "steps": steps, **plan}
+    return train(tiny_pair, TINY, Plan(**plan), work, out, bars=False, root=text_root)
 
 
 def test_a_tiny_head_trains_and_its_validation_loss_falls(tiny_pair, text_root, tmp_path):
@@ -73,8 +74,33 @@ def test_training_resumes_after_an_interruption_and_a_seed_reproduces_it(tiny_pa
     assert again["steps"] == 24
     a, b = read_head(whole), read_head(tmp_path / "b.safetensors")
     assert a.record["tensors_sha256"] == b.record["tensors_sha256"]
-    with pytest.raises(ValueError, match="planned with steps=24, and 30 was given"):
-        run(tiny_pair, text_root, tmp_path / "b", tmp_path / "c.safetensors", steps=30)
+    with pytest.raises(ValueError, match="planned with answers=8, and 9 was given"):
+        run(tiny_pair, text_root, tmp_path / "b", tmp_path / "c.safetensors", answers=9)
+
+
+def test_a_resumed_run_may_be_given_another_total_of_steps_and_the_head_file_says_so(tiny_pair, text_root, tmp_path, monkeypatch):
+    """Planned for 24 steps, stopped after 13, resumed with 18: it ends at 18 and records the change."""
+    from specdec.train import trainer
+
+    real_step, calls = trainer.Trainer.step, []
+
+    def interrupted(self, batch, lr):
+        calls.append(lr)
+        if len(calls) > 13:
+            raise KeyboardInterrupt
+        return real_step(self, batch, lr)
+
+    monkeypatch.setattr(trainer.Trainer, "step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_pair, text_root, tmp_path / "w", tmp_path / "h.safetensors")
+    saved = torch.load(tmp_path / "w" / "checkpoint.pt", weights_only=False)["step"]
+    resumed = []
+    monkeypatch.setattr(trainer.Trainer, "step", lambda self, batch, lr: resumed.append(lr) or real_step(self, batch, lr))
+    figures = run(tiny_pair, text_root, tmp_path / "w", tmp_path / "h.safetensors", steps=18)
+    assert figures["steps"] == 18 and len(resumed) == 18 - saved  # from the checkpoint to the new total
+    assert resumed == [pytest.approx(trainer.learning_rate(TINY, s, 18)) for s in range(saved, 18)]  # the new total's schedule
+    record = read_head(tmp_path / "h.safetensors").record["recipe"]
+    assert record["steps"] == 18 and record["replanned"][0]["steps_from"] == 24 and record["replanned"][0]["steps_to"] == 18
 
 
 def test_acceptance_by_position_on_hand_made_drafts():

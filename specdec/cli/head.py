@@ -19,7 +19,8 @@ def add_head_command(sub) -> None:
     t.add_argument("--out", help="the head file to write (default: this machine's head for the pair, in the cache)")
     t.add_argument("--answers", type=int, help="prompts the target answers for training (default: as many as the time share allows)")
     t.add_argument("--code-tokens", type=int, help="tokens of installed text read for training (default: as the time share allows)")
-    t.add_argument("--steps", type=int, help="optimizer steps (default: as many as the time left allows)")
+    t.add_argument("--steps", type=int, help="optimizer steps (default: as many as the time left allows); a resumed run may be given another total, "
+                   "and its learning rate's schedule follows the new total from there")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     for name in ("intermediate", "depth", "lr", "reg_weight", "window", "batch_positions", "alike"):
         default = getattr(TRAIN_DEFAULTS, name)

@@ -2,7 +2,8 @@
 
 The working folder keeps the data shards, a checkpoint and `plan.json` (the target's key, the
 recipe, the plan and the seconds spent so far). Run again with the same settings and it resumes
-where it stopped; with other settings it says so and stops (use another --work folder). The budget
+where it stopped; with other settings it says so and stops (use another --work folder), except
+--steps: a resumed run may be given another total, and its schedule follows it from there. The budget
 covers all of it: after the held-out data (a fixed amount), the target's answers get ANSWERS_SHARE
 of the time left, reading text the next READ_SHARE, training the rest but END_SHARE of the whole
 budget (the last figures and the file). Each data phase writes at least one shard.
@@ -62,11 +63,18 @@ class Workspace:
         if differ:
             raise ValueError(f"the working folder {folder} holds a run with other settings: {', '.join(differ)}; "
                              "pass those settings to resume it, another --work folder, or delete that one to start again")
-        for name in ("answers", "code_tokens", "steps"):
+        for name in ("answers", "code_tokens"):  # the data gathered so far was sized by these
             given, kept = getattr(plan, name), record["plan"].get(name)
             if given is not None and kept is not None and given != kept:
                 raise ValueError(f"the working folder {folder} was planned with {name}={kept}, and {given} was given now")
             record["plan"][name] = kept if kept is not None else given
+        given, kept = plan.steps, record["plan"].get("steps")
+        if given is not None and kept is not None and given != kept:
+            # Another total for a resumed run: the learning rate's schedule follows the new total from
+            # the step the run resumes at (a longer run, or a shorter one that anneals sooner). Kept on
+            # record, since the head then did not follow one schedule from start to end.
+            record.setdefault("replanned", []).append({"steps_from": kept, "steps_to": given, "elapsed_s": round(record["elapsed"], 1)})
+        record["plan"]["steps"] = kept if given is None else given
         return cls(folder, record)
 
     @property
@@ -123,7 +131,8 @@ def train(pair, recipe: Recipe, plan: Plan, work: Path, out: Path, bars: bool = 
         left = space.plan.minutes * 60 * (1 - END_SHARE) - clock.elapsed
         space.decide(clock, steps=max(1, int(left / per_step)))
     figures = loop.run(space, clock, bars)
-    recipe_record = {**recipe.as_dict(), **space.plan.as_dict(), "vocab_source": "the target's greedy tokens in the training data"}
+    recipe_record = {**recipe.as_dict(), **space.plan.as_dict(), "vocab_source": "the target's greedy tokens in the training data",
+                     **({"replanned": space.record["replanned"]} if "replanned" in space.record else {})}
     save_head(out, loop.trainer.head, key, recipe_record, figures, ids=loop.ids)
     return figures
 
