@@ -388,3 +388,20 @@ def test_head_train_refuses_fused_features_and_an_older_folder_still_opens(tiny_
     assert Workspace.open(tmp_path / "old", target_key(tiny_pair), TINY, Plan()).record["recipe"] == older
     with pytest.raises(ValueError, match=r"holds a run with other settings: fusion False \(given True\)"):
         Workspace.open(tmp_path / "old", target_key(tiny_pair), replace(TINY, fusion=True), Plan())
+
+
+def test_a_head_is_judged_on_the_folders_held_out_answers_with_the_folders_kinds(tiny_pair, text_root, tmp_path):
+    """A head trained on version 1's prompts, judged in a version 2 folder: the answers and their
+    kinds are the folder's, from the recipe the folder recorded, not the head's."""
+    from dataclasses import replace
+
+    from specdec.kernels.head_offer import head_weights
+    from specdec.train import gather
+    from specdec.train.run import evaluation
+
+    run(tiny_pair, text_root, tmp_path / "v2", tmp_path / "v2.safetensors", steps=3)
+    head = head_weights(tiny_pair, read_head(tmp_path / "v2.safetensors"), "dense")
+    version_1 = replace(TINY, prompts=1)
+    judged = evaluation(tiny_pair, head, version_1, tmp_path / "v2", 0, text_root)
+    assert judged.kinds == gather.Sources.of(tiny_pair, TINY, 0, text_root).held_kinds[: len(judged.answer_sequences)]
+    assert judged.kinds != gather.Sources.of(tiny_pair, version_1, 0, text_root).held_kinds[: len(judged.answer_sequences)]

@@ -162,8 +162,12 @@ def evaluation(pair, head, recipe: Recipe, work: Path, seed: int, root: Path | N
     from specdec.train.loop import held_out_judges
 
     work.mkdir(parents=True, exist_ok=True)
-    sources = gather.Sources.of(pair, recipe, seed, root)
-    gather.held_out(pair, recipe, sources, work, lambda n: None)
+    # The held-out data, and the kind of each answer, are the folder's: gathered with the recipe it
+    # recorded (the prompts' version above all), whatever recipe the judged head was trained with.
+    record = read_json(work / "plan.json", None)
+    data_recipe = Recipe.recorded(record["recipe"]) if record else recipe
+    sources = gather.Sources.of(pair, data_recipe, seed, root)
+    gather.held_out(pair, data_recipe, sources, work, lambda n: None)
     answers, reads, judges = held_out_judges(pair, recipe, work, ids)
     with torch.autocast(pair.device.type, dtype=torch.bfloat16, enabled=pair.dtype == torch.bfloat16):
         verdicts = judge(head, answers, judges[0], recipe.eval_depth), judge(head, reads, judges[1], recipe.eval_depth)
