@@ -60,19 +60,17 @@ test: $(VENV)/.test-deps prepare browser engines
 bench: prepare
 	$(PY) -m specdec bench --prompts assets/bench_prompts.json
 
-# Retrain the shipped draft head (docs/head.md) with the plan and seed it was trained with (its
-# file's record says the same). On a quiet 2-core Intel Xeon with AMX the data took 54 minutes and
-# the 2091 steps 71 more. Interrupted, the same command resumes. The answers are now gathered
-# with ended rows leaving the batch, so the data, and the file, differ from the shipped one in the
-# last bits: an equivalent head, not the same file. Its start was the target's last layer (the recipe now
-# starts from random weights, which learned faster at equal data: docs/benchmarks.md), and its prompts
-# the templates alone (version 1; the recipe now also writes prompts from the installed text).
+# Retrain the shipped draft head (docs/head.md) with its plan and seed (its file's record says the
+# same). On a 2-core Intel Xeon with AMX the data took about 2.2 hours and each of the 1800 steps
+# 2 to 5 s (docs/head.md, on the allocator); interrupted, the same command resumes. The shipped run was planned for 3000 steps and
+# resumed with 1900, then 1800 (its record's `replanned`), so its learning rate took a shorter
+# schedule part-way: this command trains an equivalent head, not the same file.
 HEAD_FILE := assets/heads/qwen2.5-coder-1.5b-instruct.safetensors
-HEAD_ANSWERS := 1536
+HEAD_ANSWERS := 3072
 HEAD_CODE_TOKENS := 196608
-HEAD_STEPS := 2091
+HEAD_STEPS := 1800
 head: prepare
-	nice -n 5 $(PY) -m specdec head train --seed 0 --answers $(HEAD_ANSWERS) --code-tokens $(HEAD_CODE_TOKENS) --steps $(HEAD_STEPS) --alike 0 --init last-layer --prompts 1 --out $(HEAD_FILE)
+	nice -n 5 $(PY) -m specdec head train --seed 0 --answers $(HEAD_ANSWERS) --code-tokens $(HEAD_CODE_TOKENS) --steps $(HEAD_STEPS) --out $(HEAD_FILE)
 
 # vLLM's CPU build in its own environment under the cache (it pins an older transformers than
 # ours): a few minutes and about 3.5 GB once, a no-op afterwards. The vLLM tests skip without it.
