@@ -150,10 +150,13 @@ def head_data_text(points: list[dict] | None = None) -> str:
     points = head_points() if points is None else points
     if not points:
         return ""
+    # A point judged on another held-out set than the first says so (`held_out`): its figure is not
+    # on the same scale as the points before it.
     runs = "; ".join(f"{p['label']} ({p['train_tokens']:,} tokens of features): {p['walk_at_1']['answers']:.2f} on the target's "
-                     f"answers and {p['walk_at_1']['read_text']:.2f} on read text" for p in points)
+                     f"answers and {p['walk_at_1']['read_text']:.2f} on read text" + (f", {p['held_out']}" if p.get("held_out") else "")
+                     for p in points)
     return (
-        "**What its data bought.** Each point is a head trained on this page's target, judged on the same held-out "
+        "**What its data bought.** Each point is a head trained on this page's target, judged on held-out "
         "text it never saw: the share of its first guesses the target keeps, counted as a run drafts (each step starts "
         f"where the last one ended, five guesses a step): {runs}. With the head's c near 0.06, the formulas below "
         "give about 1.5x plain decoding where a first guess is kept half the time: the curve says how much data that takes."

@@ -21,6 +21,8 @@ def test_every_point_is_drawn_with_its_figures():
     assert [list(trace.y) for trace in fig.data] == [[p["walk_at_1"][k] for p in points] for k in ("answers", "read_text")]
     text = how_it_works.head_data_text(points)
     assert all(f"{p['train_tokens']:,}" in text and f"{p['walk_at_1']['answers']:.2f}" in text for p in points)
+    assert all(p["held_out"] in text for p in points if p.get("held_out"))  # a point on another held-out set says so
+    assert how_it_works.head_data_text([{**points[0], "held_out": "on another set"}]).count("on another set") == 1
 
 
 def test_the_shipped_heads_point_is_what_its_file_records():
