@@ -32,6 +32,23 @@ def run(tiny_pair, text_root, work, out, steps=24, **plan):
     return train(tiny_pair, TINY, Plan(**plan), work, out, bars=False, root=text_root)
 
 
+def interrupt_after(steps: int, monkeypatch, start) -> None:
+    """Call `start` (a training run) with its optimizer interrupted after `steps` steps, as Ctrl-C would."""
+    from specdec.train import trainer
+
+    real_step, calls = trainer.Trainer.step, []
+
+    def interrupted(self, batch, lr):
+        calls.append(lr)
+        if len(calls) > steps:
+            raise KeyboardInterrupt
+        return real_step(self, batch, lr)
+
+    monkeypatch.setattr(trainer.Trainer, "step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        start()
+
+
 def test_a_tiny_head_trains_and_its_validation_loss_falls(tiny_pair, text_root, tmp_path):
     figures = run(tiny_pair, text_root, tmp_path / "work", tmp_path / "head.safetensors")
     curve = figures["curve"]
@@ -56,17 +73,8 @@ def test_training_resumes_after_an_interruption_and_a_seed_reproduces_it(tiny_pa
 
     whole = tmp_path / "whole.safetensors"
     run(tiny_pair, text_root, tmp_path / "a", whole)
-    real_step, calls = trainer.Trainer.step, []
-
-    def interrupted(self, batch, lr):
-        calls.append(1)
-        if len(calls) > 13:
-            raise KeyboardInterrupt
-        return real_step(self, batch, lr)
-
-    monkeypatch.setattr(trainer.Trainer, "step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run(tiny_pair, text_root, tmp_path / "b", tmp_path / "b.safetensors")
+    real_step = trainer.Trainer.step
+    interrupt_after(13, monkeypatch, lambda: run(tiny_pair, text_root, tmp_path / "b", tmp_path / "b.safetensors"))
     saved = json.loads((tmp_path / "b" / "plan.json").read_text())
     assert saved["plan"]["steps"] == 24 and (tmp_path / "b" / "checkpoint.pt").exists()
     monkeypatch.setattr(trainer.Trainer, "step", real_step)
@@ -82,17 +90,8 @@ def test_a_resumed_run_may_be_given_another_total_of_steps_and_the_head_file_say
     """Planned for 24 steps, stopped after 13, resumed with 18: it ends at 18 and records the change."""
     from specdec.train import trainer
 
-    real_step, calls = trainer.Trainer.step, []
-
-    def interrupted(self, batch, lr):
-        calls.append(lr)
-        if len(calls) > 13:
-            raise KeyboardInterrupt
-        return real_step(self, batch, lr)
-
-    monkeypatch.setattr(trainer.Trainer, "step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run(tiny_pair, text_root, tmp_path / "w", tmp_path / "h.safetensors")
+    real_step = trainer.Trainer.step
+    interrupt_after(13, monkeypatch, lambda: run(tiny_pair, text_root, tmp_path / "w", tmp_path / "h.safetensors"))
     saved = torch.load(tmp_path / "w" / "checkpoint.pt", weights_only=False)["step"]
     resumed = []
     monkeypatch.setattr(trainer.Trainer, "step", lambda self, batch, lr: resumed.append(lr) or real_step(self, batch, lr))
