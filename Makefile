@@ -62,9 +62,10 @@ bench: prepare
 
 # Retrain the shipped draft head (docs/head.md) with its plan and seed (its file's record says the
 # same). On a 2-core Intel Xeon with AMX the data took about 2.2 hours and each of the 1800 steps
-# 2 to 5 s (docs/head.md, on the allocator); interrupted, the same command resumes. The shipped run was planned for 3000 steps and
-# resumed with 1900, then 1800 (its record's `replanned`), so its learning rate took a shorter
-# schedule part-way: this command trains an equivalent head, not the same file.
+# 2 to 5 s (docs/head.md, on the allocator); interrupted, the same command resumes. The shipped
+# run was planned for 3000 steps and resumed with 1900, then 1800 (its record's `replanned`), so
+# its learning rate took a shorter schedule part-way: this command trains an equivalent head, not
+# the same file.
 HEAD_FILE := assets/heads/qwen2.5-coder-1.5b-instruct.safetensors
 HEAD_ANSWERS := 3072
 HEAD_CODE_TOKENS := 196608
