@@ -107,35 +107,70 @@ def test_eos_inside_accepted_drafts(tiny_pair, plain, runner):
     assert tokens(run_checked(pair, PROMPT, head_config(drafter="none"))) == plain[:cut]  # plain stops there too
 
 
+class ScriptedK:
+    """A K policy that drafts K = 3 on the steps of `drafting` and nothing on the others."""
+
+    def __init__(self, drafting):
+        self.drafting = drafting
+        self.step = 0
+
+    def choose(self, drafter="model", unseen=1):
+        from specdec.core.k_policy import Choice
+
+        return Choice(3 if self.step in self.drafting else 0)
+
+    def update(self, choice, drafted, accepted, drafter="model"):
+        self.step += 1
+
+
 @pytest.mark.parametrize("runner", ["eager", "static"])
-@pytest.mark.parametrize("drafter", ["head", "auto_head"])
-def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, monkeypatch, runner, drafter):
-    """Every real pair handed to the head (at start and after each step, prompt lookup's steps too)
-    is (f_t, token t+1) with f_t the target's final hidden state at t recomputed from scratch over
-    the whole sequence."""
+@pytest.mark.parametrize("drafter,paused", [("head", False), ("auto_head", False), ("head", True)])
+def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, monkeypatch, runner, drafter, paused):
+    """Every real pair handed to the head (at start, then what each step kept, prompt lookup's steps
+    too) is (f_t, token t+1) with f_t the target's final hidden state at t recomputed from scratch
+    over the whole sequence. The pairs of steps the head did not draft are handed over in one pass
+    when it next drafts (`paused`: steps 0-3, 6 and 9-11 draft nothing), never on those steps."""
+    from specdec.core import decoding
     from specdec.core.head import HeadRun
+    from specdec.core.proposers.head import HeadProposer
 
     handed = []  # (first position, features (m, H), token ids (m,)) of every extend with real features
-    extend = HeadRun.extend
+    extend, propose = HeadRun.extend, HeadProposer.propose
+    drafted_at = []  # the sequence's length at each step the head was asked to draft
 
     def recording(self, features, next_ids):
         handed.append((self.length, features.clone(), next_ids.clone()))
         return extend(self, features, next_ids)
 
+    def proposing(self, run, seq, k):
+        drafted_at.append(len(seq))
+        return propose(self, run, seq, k)
+
     monkeypatch.setattr(HeadRun, "extend", recording)
     monkeypatch.setattr(HeadRun, "step", lambda self, feature, token: extend(self, feature, token))  # the head's own: not recorded
+    monkeypatch.setattr(HeadProposer, "propose", proposing)
+    drafting = {4, 5, 7, 8, *range(12, 24)}
+    if paused:
+        monkeypatch.setattr(decoding, "make_policy", lambda *a, **kw: ScriptedK(drafting))
     events = run_checked(tiny_pair, PROMPT, head_config(k=3, runner=runner, max_new_tokens=24, drafter=drafter))
-    seq = tiny_pair.tokenizer(PROMPT)["input_ids"] + tokens(events)
+    prompt = tiny_pair.tokenizer(PROMPT)["input_ids"]
+    seq = prompt + tokens(events)
     with torch.no_grad():
         truth = tiny_pair.target.model(input_ids=torch.tensor(seq)[None]).last_hidden_state[0]  # (T, H)
-    assert len(handed) == 1 + len(events)  # the prompt, then what every step kept
+    caught_up = [n for n in drafted_at if n > len(prompt)]  # a draft right after the prompt has nothing to catch up
+    assert len(handed) == 1 + len(caught_up)  # the prompt, then once before each later draft
     covered = []
     for start, features, ids in handed:
         m = ids.shape[0]
         assert ids.tolist() == seq[start + 1 : start + 1 + m]
         torch.testing.assert_close(features, truth[start : start + m], atol=1e-4, rtol=1e-4)
         covered.extend(range(start, start + m))
-    assert covered == list(range(len(seq) - 1))  # every position but the last, once, in order
+    assert covered == list(range(drafted_at[-1] - 1))  # every position before the last draft, once, in order
+    if paused:
+        assert [e.step for e in events if e.k] == sorted(drafting)[: len(drafted_at)]
+        assert handed[1][0] == len(prompt) - 1 and handed[1][1].shape[0] == drafted_at[0] - len(prompt)  # steps 0-3's pairs, in one pass
+        assert handed[1][1].shape[0] == 4  # four plain steps kept a token each
+        assert tokens(events) == tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=24)))
 
 
 @pytest.mark.parametrize("runner", ["eager", "static"])
