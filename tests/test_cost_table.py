@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specdec.measure import cost_table
+from specdec.measure.passcost import HeadCost
 
 
 @pytest.fixture
@@ -113,16 +114,19 @@ def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair,
 
     timed = []
 
-    def time_head_step(source, dtype, device, context, repeats):
+    def time_head_step(source, dtype, device, context, repeats, streamed):
+        assert streamed == costs_alone.streamed_bytes  # the first draft is timed after what the target's pass reads
         timed.append(source.digest)
-        return 0.001 * len(timed)  # 1 ms the first time, 2 ms the second
+        return HeadCost(0.002 * len(timed), 0.001 * len(timed))  # 1 ms a further draft the first time, 2 ms the second
 
     monkeypatch.setattr(cost_table, "time_head_step", time_head_step)
     head = HeadSource(make=lambda: None, vocab_size=tiny_pair.vocab_size, label="head.safetensors", digest="aaaa")
+    costs_alone = cost_table.measure(tiny_pair, repeats=1)
     costs = cost_table.measure(tiny_pair, repeats=1, head=head)
-    assert costs.head_s == 0.001 and costs.draft_s > 0 and timed == ["aaaa"] and len(count_measurements) == 1
+    assert (costs.head_first_s, costs.head_s) == (0.002, 0.001) and costs.draft_s > 0 and timed == ["aaaa"] and len(count_measurements) == 1
     (path,) = (cache / "costs").rglob("*.json")
     assert json.loads(path.read_text())["costs"]["head_s"] == {"aaaa": 0.001}
+    assert json.loads(path.read_text())["costs"]["head_first_s"] == {"aaaa": 0.002}
     monkeypatch.setattr(cost_table, "_tables", {})  # a new process: only the file is left
     monkeypatch.setattr(cost_table, "_head_steps", {})
     assert cost_table.measure(tiny_pair, head=head) == costs and timed == ["aaaa"] and len(count_measurements) == 1
@@ -133,6 +137,11 @@ def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair,
     assert json.loads(path.read_text())["costs"]["head_s"] == {"aaaa": 0.001, "bbbb": 0.002}
     cost_table.measure(tiny_pair, repeats=1, refresh=True)  # a table measured anew starts without heads
     assert cost_table.read_head_steps(path) == {} and cost_table.measure(tiny_pair, head=head).head_s == 0.003
+    data = json.loads(path.read_text())
+    del data["costs"]["head_first_s"]  # kept before the first draft was timed apart: not trusted
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(cost_table, "_head_steps", {})
+    assert cost_table.read_head_steps(path) == {} and cost_table.measure(tiny_pair, head=head).head_first_s == 0.008
 
 
 def test_a_table_carries_the_drafts_catch_ups_and_the_target_alone_has_none(tiny_pair, cache):

@@ -336,3 +336,22 @@ def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(ti
 
     asked_of_model = {e.step: unseen for (drafter, unseen), e in zip(asked, events) if drafter == "model" and e.drafted}
     assert catch_ups(events) == asked_of_model  # what bench --predictions prices is what the policy was asked
+
+
+def test_the_heads_first_draft_of_a_step_is_priced_at_its_own_cost():
+    """The head's first draft of a step reads its weights from memory again (the target's pass has
+    just emptied the caches): priced at head_first_s, each further draft at head_s. At an acceptance
+    where drafting pays at the further drafts' price alone, it does not at the first's."""
+    from dataclasses import replace
+
+    warm = replace(FLAT, head_s=0.01, head_first_s=0.01)
+    cold = replace(FLAT, head_s=0.01, head_first_s=0.04)
+    alpha = 0.2
+    priors = {"model": alpha, "lookup": alpha, "head": alpha}
+    assert CostK(warm, 5, priors).choose("head").k > 0
+    paused = CostK(cold, 5, priors).choose("head")
+    assert paused.k == 0 and paused.why.startswith(f"drafting would cost more than it saves here: c = {0.04 / 0.20:.2f}")
+    overhead = OVERHEAD_STEPS * 0.20
+    sure = CostK(cold, 5, {"model": 0.9, "lookup": 0.9, "head": 0.9}).choose("head")  # one first draft, four further
+    assert sure.k == 5 and sure.predicted_tok_s == pytest.approx(
+        expected_tokens_per_pass(0.9, 5) / (0.04 + 4 * 0.01 + cold.target_pass_s(6) + overhead))

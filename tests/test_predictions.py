@@ -106,7 +106,7 @@ def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(draf
     spec_events, plain_events = hand_made_run(drafter, draft_step_s, [(3, 3), (3, 0), (2, 1), (3, 2), (1, 1), (3, 3)])
     spec = summarize_runs(spec_events, plain_events)
     gap = prediction_gap(measured_speedup(spec, summarize(plain_events)), spec)
-    costs = SimpleNamespace(draft_s=0.03, head_s=0.0041, decode_step_s=STEP)
+    costs = SimpleNamespace(draft_s=0.03, head_s=0.0041, head_first_s=None, decode_step_s=STEP)
     row = predictions.PromptPrediction("p", spec, gap, *predictions.bursts(spec_events, spec.alpha), same_as_plain=True,
                                        priced_c=predictions.priced_c(spec_events, costs))
     assert row.priced_c == pytest.approx(priced)
@@ -117,9 +117,9 @@ def test_the_accounting_explains_the_head_and_lookup_and_shows_the_priced_c(draf
 
 
 def test_the_priced_c_per_drafter_counts_the_draft_models_catch_up():
-    """Lookup drafts for free, the head at its step; the draft model's first pass of a step is priced at
-    1 plus the tokens of the steps it did not draft: 1 after its own steps, 5 after a lookup step of 3
-    tokens and a plain step."""
+    """Lookup drafts for free, the head at its first draft of a step and each further one; the draft
+    model's first pass of a step is priced at 1 plus the tokens of the steps it did not draft: 1
+    after its own steps, 5 after a lookup step of 3 tokens and a plain step."""
     from specdec.measure.passcost import PassCosts
 
     costs = PassCosts((1, 2, 4, 8), (0.068, 0.07, 0.072, 0.08), 0.0388, 200, 3, head_s=0.0041,
@@ -131,6 +131,8 @@ def test_the_priced_c_per_drafter_counts_the_draft_models_catch_up():
     assert predictions.priced_c(events, costs) == pytest.approx(model_s / 7 / 0.068)
     head = [event(0, 3, 1, 0.0, STEP, "head", 0, 0.0), event(1, 2, 2, 0.0, STEP, "lookup", 0, 0.0)]
     assert predictions.priced_c(head, costs) == pytest.approx(3 * 0.0041 / 5 / 0.068)
+    cold = replace(costs, head_first_s=0.009)  # the first draft of a step, after the target's pass
+    assert predictions.priced_c(head, cold) == pytest.approx((0.009 + 2 * 0.0041) / 5 / 0.068)
     assert predictions.priced_c(head, replace(costs, head_s=None)) is None  # the table lacks the head's step
     assert predictions.priced_c([event(0, 0, 0, 0.0, STEP, "", 0, 0.0)], costs) is None  # nothing drafted
 

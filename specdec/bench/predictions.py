@@ -11,8 +11,8 @@ prompt: time spent outside the passes is all it can miss.
 Every drafter (GenerationConfig.drafter: the draft model, the trained head, prompt lookup, auto):
 beside the c a run measured, the c the cost K policy priced that run's drafting at from the cost
 table (priced_c: per drafted token, the draft model's passes with each step's catch-up, the head's
-step head_s, 0 for prompt lookup), so the figures the policy chooses from stand next to what the
-run then cost.
+first draft of a step at head_first_s and each further one at head_s, 0 for prompt lookup), so the
+figures the policy chooses from stand next to what the run then cost.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def catch_ups(events) -> dict[int, int]:
 def priced_c(events, costs) -> float | None:
     """The c the cost K policy priced this run's drafting at, per drafted token (as the run's own c is
     counted: specdec.measure.metrics): the draft model's first pass of a step at its catch-up
-    (costs.draft_pass_s), the passes after it at draft_s, the head's steps at head_s, prompt lookup
-    at 0. None: nothing drafted, or the table lacks a drafter's cost."""
+    (costs.draft_pass_s), the passes after it at draft_s, the head's first draft of a step at
+    head_first_s and the drafts after it at head_s, prompt lookup at 0. None: nothing drafted, or the table lacks a drafter's cost."""
     drafting = [e for e in events if e.drafted]
     if costs is None or not drafting:
         return None
@@ -92,7 +92,8 @@ def priced_c(events, costs) -> float | None:
         if e.drafter == "model" and costs.draft_s is not None:
             seconds += costs.draft_pass_s(fed[e.step]) + (len(e.drafted) - 1) * costs.draft_s
         elif e.drafter == "head" and costs.head_s is not None:
-            seconds += len(e.drafted) * costs.head_s
+            first = costs.head_s if costs.head_first_s is None else costs.head_first_s
+            seconds += first + (len(e.drafted) - 1) * costs.head_s
         elif e.drafter != "lookup":
             return None
     return seconds / sum(len(e.drafted) for e in drafting) / costs.decode_step_s

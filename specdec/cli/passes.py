@@ -107,22 +107,19 @@ def check_runners(runners: list[str], args) -> list[str]:
 
 
 def head_entry(pair, target_kernel: str) -> dict:
-    """The head's draft step beside `target_kernel`: its kernel and median seconds (ValueError when
-    the pair is offered no head)."""
-    from specdec.engines.assemble import head_kernel
-
-    return {"target_kernel": target_kernel, "head_kernel": head_kernel(target_kernel), "median_s": head_step_s(pair, target_kernel)}
-
-
-def head_step_s(pair, target_kernel: str) -> float:
-    """Median seconds of one draft step of the pair's head as a run beside `target_kernel` makes it
-    (a step of its layers and its lm_head rows, after the cost table's context): the cost K policy's
-    draft cost for the head."""
-    from specdec.engines.assemble import head_source
+    """The head's drafts beside `target_kernel`: its kernel, the median seconds of each further draft
+    and of the first of a step (after the caches were emptied, as a target pass leaves them), or
+    ValueError when the pair is offered no head."""
+    from specdec.engines.assemble import head_kernel, head_source
+    from specdec.kernels.target_kernels import kernel_target
     from specdec.measure.cost_table import CONTEXT, HEAD_REPEATS
     from specdec.measure.passcost import time_head_step
+    from specdec.measure.stream_rate import streamed_bytes
 
-    return time_head_step(head_source(pair, target_kernel), pair.dtype, pair.device, CONTEXT, HEAD_REPEATS)
+    streamed = streamed_bytes(kernel_target(pair, target_kernel))  # what the target's pass before the first draft reads
+    cost = time_head_step(head_source(pair, target_kernel), pair.dtype, pair.device, CONTEXT, HEAD_REPEATS, streamed)
+    return {"target_kernel": target_kernel, "head_kernel": head_kernel(target_kernel), "median_s": cost.step_s,
+            "first_s": cost.first_s}
 
 
 def measure(pair, runners, kernels, variants, sizes, args) -> dict:

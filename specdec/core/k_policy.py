@@ -54,7 +54,8 @@ class Costs(Protocol):
     """What the cost policy reads of a cost table (specdec.measure.passcost.PassCosts has it)."""
 
     draft_s: float | None  # seconds of one one-token draft-model pass
-    head_s: float | None  # seconds of one draft step of the trained head
+    head_s: float | None  # seconds of one further draft of the trained head (its weights cached by the draft before)
+    head_first_s: float | None  # seconds of the head's first draft of a step, after the target's pass (None: head_s)
 
     def target_pass_s(self, n: float) -> float: ...  # seconds of one target pass over n tokens
 
@@ -150,7 +151,8 @@ def pause_reason(alpha: float, draft_s: float, costs: Costs, first_s: float | No
     step = costs.target_pass_s(1)
     catch_up = (f", and the draft model would first read the {unseen} tokens it has not seen, at {first_s / step:.2f}"
                 if first_s is not None and unseen > 1 else "")
-    return (f"drafting would cost more than it saves here: c = {draft_s / step:.2f}, \u03b1 = {alpha:.2f}, "
+    first = first_s if first_s is not None and unseen <= 1 else draft_s  # what a step of K = 1 pays (the head's first draft)
+    return (f"drafting would cost more than it saves here: c = {first / step:.2f}, \u03b1 = {alpha:.2f}, "
             f"checking 2 tokens costs {costs.target_pass_s(2) / step:.2f} decode steps{catch_up}")
 
 
@@ -168,8 +170,10 @@ class CostK:
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. The draft
-    model costs the table's draft_s per token, the head the table's head_s (its own measured step:
-    specdec.measure.cost_table). Each drafter's estimate starts from `priors` (drafter -> alpha;
+    model costs the table's draft_s per token, the head its own measured drafts: the first of a step
+    at the table's head_first_s (the target's pass has just emptied the caches: about twice a
+    further draft on a CPU whose last-level cache holds the head), each further one at head_s
+    (specdec.measure.cost_table). Each drafter's estimate starts from `priors` (drafter -> alpha;
     default: the recorded acceptance of specdec.core.recorded_acceptance). `unseen`: the tokens the
     draft model's first pass would feed (its catch-up), priced as the table's draft_pass_s(unseen).
     """
@@ -195,7 +199,10 @@ class CostK:
 
     def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
-        first_s = self.costs.draft_pass_s(unseen) if drafter == "model" and unseen > 1 else None
+        if drafter == "head":  # the first draft reads its weights from memory again; its pending pairs cost about one
+            first_s, unseen = getattr(self.costs, "head_first_s", None), 1
+        else:
+            first_s = self.costs.draft_pass_s(unseen) if drafter == "model" and unseen > 1 else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
         if best.k == 0 and self.plain_run >= self.wait:
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)

@@ -28,8 +28,9 @@ from specdec.kernels.cpu_linear import linear_for
 from specdec.kernels.head_offer import drafting_ids, head_run, head_weights, require_head, subset_lm_head, validation_prior
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
-from specdec.measure.cost_table import costs_for, head_step_for
+from specdec.measure.cost_table import costs_for, head_step_for, with_head
 from specdec.measure.passcost import PassCosts
+from specdec.measure.stream_rate import streamed_bytes
 from specdec.models.pair import ModelPair
 
 
@@ -79,7 +80,8 @@ def _prepare(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None,
     if config.needs_cost_table and costs is None:
         costs = costs_for(pair, config, target=target, progress=progress, head=head)  # read, or measured on this very target
     elif head is not None and costs is not None and costs.head_s is None:
-        costs = replace(costs, head_s=head_step_for(pair, config, head))  # a caller's table: the head's step is this machine's
+        streamed = costs.streamed_bytes or streamed_bytes(target)  # what the target's pass before a first draft reads
+        costs = with_head(costs, head_step_for(pair, config, head, streamed))  # a caller's table: the head's drafts are this machine's
     return Prepared(target, draft, head, costs)
 
 

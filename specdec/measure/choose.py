@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from specdec.core.k_policy import best_choice
 from specdec.core.recorded_acceptance import recorded
 from specdec.kernels.machine_defaults import MachineDefaults
-from specdec.measure.passcost import PassCosts
+from specdec.measure.passcost import HeadCost, PassCosts
 
 FORMAT = "specdec-defaults"
-VERSION = 2  # 2: the kernels' tables time the target alone, the draft variants their catch-ups too
+VERSION = 3  # 3: the head's first draft of a step priced apart (after the target's pass); 2: the kernels' tables time the target alone
 RUNNER = "eager"  # what is measured and started on: compiling pays back only after minutes per process
 K_MAX = 15  # the largest K weighed (a table of passes up to 16 tokens)
 
@@ -42,10 +42,16 @@ class Candidate:
     k: int  # the K the cost policy predicts best (0: drafting does not pay)
     tok_s: float  # predicted tokens/s
     why: str = ""  # K = 0 for a drafter: why drafting does not pay here
+    first_s: float | None = None  # the first draft of a step where it costs more than draft_s (the head's, after the target's pass)
 
     @property
     def c(self) -> float | None:
-        return None if self.draft_s is None else self.draft_s / self.decode_step_s
+        """A drafted token's cost in decode steps, at the chosen K where the first draft of a step costs more."""
+        if self.draft_s is None:
+            return None
+        k = max(self.k, 1)
+        first = self.draft_s if self.first_s is None else self.first_s
+        return (first + (k - 1) * self.draft_s) / k / self.decode_step_s
 
     @property
     def name(self) -> str:
@@ -54,21 +60,22 @@ class Candidate:
 
 
 def predict(kernel: str, costs: PassCosts, drafter: str = "none", variant: str = "", draft_s: float | None = None,
-            alpha: float | None = None) -> Candidate:
-    """One candidate's predicted tokens/s (drafter "none": plain steps on `kernel`)."""
+            alpha: float | None = None, first_s: float | None = None) -> Candidate:
+    """One candidate's predicted tokens/s (drafter "none": plain steps on `kernel`; first_s: the
+    first draft of a step, where it costs more than draft_s)."""
     largest = max(1, min(K_MAX, max(costs.sizes) - 1))
     if drafter == "none":
         return Candidate(kernel, "none", "", costs.decode_step_s, costs.decode_step_s, None, None, 0, 1.0 / costs.decode_step_s)
-    choice = best_choice(alpha, draft_s, costs, largest)
+    choice = best_choice(alpha, draft_s, costs, largest, first_s)
     return Candidate(kernel, drafter, variant, costs.decode_step_s, costs.target_pass_s(choice.k + 1), draft_s, alpha,
-                     choice.k, choice.predicted_tok_s, choice.why)
+                     choice.k, choice.predicted_tok_s, choice.why, first_s)
 
 
-def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], head_s: dict[str, float], kind: str | None = None,
+def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], heads: dict[str, HeadCost], kind: str | None = None,
                head_alpha: float | None = None) -> list[Candidate]:
     """Every candidate: per target kernel (tables: kernel -> its cost table), plain steps, the draft
-    model as each variant (drafts: variant -> one draft pass, s) and the head (head_s: kernel -> its
-    step, s), the head at `head_alpha` where given (its file's own held-out figure, as its runs
+    model as each variant (drafts: variant -> one draft pass, s) and the head (heads: kernel -> its
+    drafts' cost), the head at `head_alpha` where given (its file's own held-out figure, as its runs
     start from: specdec.kernels.head_offer.validation_prior), else at its recorded acceptance."""
     model = recorded("model", kind).alpha
     head = head_alpha if head_alpha is not None else recorded("head", kind).alpha
@@ -76,8 +83,8 @@ def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], head_s: d
     for kernel, costs in tables.items():
         out.append(predict(kernel, costs))
         out += [predict(kernel, costs, "model", variant, seconds, model) for variant, seconds in drafts.items()]
-        if kernel in head_s:
-            out.append(predict(kernel, costs, "head", "", head_s[kernel], head))
+        if kernel in heads:
+            out.append(predict(kernel, costs, "head", "", heads[kernel].step_s, head, heads[kernel].first_s))
     return out
 
 

@@ -7,10 +7,12 @@ its own table.
 The draft step is kept per drafter: the draft model's one-token pass (`draft_s`) and its catch-up
 passes over as many tokens as the target's (`draft_feed_s`: a step's first draft pass feeds every
 token the draft model has not seen), and the trained
-head's step (`head_s`: one `step` of its layer and its lm_head rows, timed as a run makes it by
-passcost.time_head_step). A head's step is timed the first time a run with that head asks for the
-table and kept in the same file, keyed by the digest of the head file's tensors: another head file
-is timed anew, the same file is not. Measured, not assumed: the cost policy's K for the head rests on it.
+head's drafts (one pair through its layer, then its lm_head rows, timed as a run makes them by
+passcost.time_head_step): `head_first_s`, the first of a step, after the target's pass has emptied
+the caches, and `head_s`, each further one. A head's drafts are timed the first time a run with
+that head asks for the table and kept in the same file, keyed by the digest of the head file's
+tensors: another head file is timed anew, the same file is not (nor one kept without its first
+draft's figure, from before it was timed apart). Measured, not assumed: the cost policy's K for the head rests on it.
 
 Measured once (specdec.measure.passcost times the passes: medians, sizes interleaved over the repeats) and
 cached as JSON under `<cache root>/costs/<machine>/`, where <machine> names what decides the
@@ -36,7 +38,7 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds, time_head_step
+from specdec.measure.passcost import HeadCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds, time_head_step
 
 FORMAT = "specdec-costs"
 VERSION = 2  # 2: the draft model's catch-up passes (draft_feed_s); a table of an older version is measured again
@@ -50,7 +52,7 @@ _tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file
 _drafts: dict[Path, float] = {}  # a draft variant's pass alone, by file, measured or read in this process
 _feeds: dict[Path, tuple[float, ...]] = {}  # a draft variant's catch-up passes alone, by file, measured or read in this process
 NO_DRAFT = "none"  # the draft variant of a table of the target's passes alone
-_head_steps: dict[tuple[Path, str], float] = {}  # (table file, head digest) -> head_s, timed or read in this process
+_head_steps: dict[tuple[Path, str], HeadCost] = {}  # (table file, head digest) -> its drafts' cost, timed or read in this process
 
 
 def machine(device: torch.device) -> dict:
@@ -97,12 +99,17 @@ def measure(pair, *, kernel: str = "dense", target=None, draft_variant: str = "d
     target: the target module as the kernel runs it, or a callable that returns it (called only
     when measuring); None: the pair's own target. The draft is the draft variant as run
     (specdec.kernels.variants). progress: a progress bar on stderr while measuring.
-    head: the run's trained head (a HeadSource): the table then carries its step (head_s)."""
+    head: the run's trained head (a HeadSource): the table then carries its drafts (head_first_s, head_s)."""
     path = table_path(pair.name, kernel, draft_variant, pair.dtype_name, pair.device, runner)
     costs = _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress)
     if head is None:
         return costs
-    return replace(costs, head_s=head_step_s(pair, path, head))
+    return with_head(costs, head_step_s(pair, path, head, costs.streamed_bytes))
+
+
+def with_head(costs: PassCosts, head: HeadCost) -> PassCosts:
+    """The table with a head's drafts."""
+    return replace(costs, head_s=head.step_s, head_first_s=head.first_s)
 
 
 def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress) -> PassCosts:
@@ -145,16 +152,18 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
     return costs
 
 
-def head_step_s(pair, path: Path, head) -> float:
-    """The head's step (head: a HeadSource) as kept in the table at `path`, by the head file's digest:
-    from this process, else from the file, else timed now and added to the file."""
+def head_step_s(pair, path: Path, head, streamed: int | None) -> HeadCost:
+    """The head's drafts (head: a HeadSource) as kept in the table at `path`, by the head file's
+    digest: from this process, else from the file, else timed now and added to the file.
+    streamed: the bytes the target's decode step reads (the table's streamed_bytes), which the
+    head's first draft of a step is timed after (passcost.time_head_step)."""
     key = (path, head.digest)
     if key not in _head_steps:
-        seconds = read_head_steps(path).get(head.digest)
-        if seconds is None:
-            seconds = time_head_step(head, pair.dtype, pair.device, CONTEXT, HEAD_REPEATS)
-            add_head_step(path, head.digest, seconds)
-        _head_steps[key] = seconds
+        cost = read_head_steps(path).get(head.digest)
+        if cost is None:
+            cost = time_head_step(head, pair.dtype, pair.device, CONTEXT, HEAD_REPEATS, streamed)
+            add_head_step(path, head.digest, cost)
+        _head_steps[key] = cost
     return _head_steps[key]
 
 
@@ -165,12 +174,12 @@ def costs_for(pair, config, target=None, progress: bool = False, head=None) -> P
                    draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress, head=head)
 
 
-def head_step_for(pair, config, head) -> float:
-    """The step of `head` (a HeadSource) as kept with the cost table of these settings, timed now
-    if it is not there (head_step_s); the table itself is not measured for it."""
+def head_step_for(pair, config, head, streamed: int | None) -> HeadCost:
+    """The drafts of `head` (a HeadSource) as kept with the cost table of these settings, timed now
+    if they are not there (head_step_s, after `streamed` bytes); the table itself is not measured for it."""
     path = table_path(pair.name, getattr(config, "target_kernel", "dense"), config.draft_variant, pair.dtype_name, pair.device,
                       getattr(config, "runner", "eager"))
-    return head_step_s(pair, path, head)
+    return head_step_s(pair, path, head, streamed)
 
 
 def draft_path(pair_name: str, draft_variant: str, dtype: str, device: torch.device, runner: str = "eager") -> Path:
@@ -251,7 +260,7 @@ def write(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "costs": {"sizes": list(costs.sizes), "target_s": list(costs.target_s), "draft_s": costs.draft_s,
                   "draft_feed_s": None if costs.draft_feed_s is None else list(costs.draft_feed_s),
-                  "head_s": {}, "context": costs.context, "repeats": costs.repeats,
+                  "head_s": {}, "head_first_s": {}, "context": costs.context, "repeats": costs.repeats,
                   "streamed_bytes": costs.streamed_bytes, "read_rate": costs.read_rate},
     })
 
@@ -261,16 +270,18 @@ def keep(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
     let this process read the new one."""
     heads = read_head_steps(path)
     write(path, costs, key, info)
-    for digest, seconds in heads.items():
-        add_head_step(path, digest, seconds)
+    for digest, cost in heads.items():
+        add_head_step(path, digest, cost)
     _tables[path] = costs
 
 
-def add_head_step(path: Path, digest: str, seconds: float) -> None:
-    """Add a head's step to the table's file, under the head file's digest (no file: kept in this process only)."""
+def add_head_step(path: Path, digest: str, cost: HeadCost) -> None:
+    """Add a head's drafts to the table's file, under the head file's digest (no file: kept in this process only)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        data["costs"]["head_s"] = {**data["costs"].get("head_s", {}), digest: seconds}
+        c = data["costs"]
+        c["head_s"] = {**c.get("head_s", {}), digest: cost.step_s}
+        c["head_first_s"] = {**c.get("head_first_s", {}), digest: cost.first_s}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
     _write_json(path, data)
@@ -307,10 +318,16 @@ def read(path: Path) -> PassCosts | None:
         return None
 
 
-def read_head_steps(path: Path) -> dict[str, float]:
-    """The heads' steps kept in a table's file, by head digest (entries that cannot be trusted left out)."""
+def read_head_steps(path: Path) -> dict[str, HeadCost]:
+    """The heads' drafts kept in a table's file, by head digest (entries that cannot be trusted, or
+    that lack either figure, left out)."""
     try:
-        steps = json.loads(path.read_text(encoding="utf-8"))["costs"].get("head_s", {})
-        return {str(d): float(s) for d, s in steps.items() if isinstance(s, (int, float)) and s > 0}
+        c = json.loads(path.read_text(encoding="utf-8"))["costs"]
+        steps, firsts = c.get("head_s", {}), c.get("head_first_s", {})
+        return {str(d): HeadCost(float(firsts[d]), float(s)) for d, s in steps.items() if _positive(s) and _positive(firsts.get(d))}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def _positive(seconds) -> bool:
+    return isinstance(seconds, (int, float)) and seconds > 0

@@ -1,7 +1,8 @@
 """What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, one
-draft pass, the draft's catch-up passes over as many tokens (time_draft_feeds), and one draft step
-of a trained head (time_head_step). Speculative decoding pays where checking K+1 tokens costs about one decode step
-(memory-bound decoding: the weights are read once per pass, however many tokens it scores).
+draft pass, the draft's catch-up passes over as many tokens (time_draft_feeds), and the drafts
+of a trained head (time_head_step: the first of a step, and each further one). Speculative
+decoding pays where checking K+1 tokens costs about one decode step (memory-bound decoding: the
+weights are read once per pass, however many tokens it scores).
 
 Timing (time_rounds, the one timing loop of the cost table and of `python -m specdec passes`):
 the same prefilled cache for every pass (each pass is cropped off again), models and sizes
@@ -25,6 +26,7 @@ import torch
 from specdec.core.runners import runner_model
 from specdec.core.runners.static_model import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
+from specdec.measure.cold import empty_caches
 from specdec.measure.stream_rate import process_read_rate, streamed_bytes
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -38,7 +40,8 @@ class PassCosts:
     draft_s: float | None  # median seconds of one one-token draft-model pass (None: the pair has no draft model)
     context: int  # positions in the cache while timing
     repeats: int
-    head_s: float | None = None  # median seconds of one draft step of the run's trained head (None: not timed)
+    head_s: float | None = None  # median seconds of one further draft of the run's trained head, its weights cached (None: not timed)
+    head_first_s: float | None = None  # median seconds of the head's first draft of a step, after the target's pass (None: head_s)
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
     draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
     streamed_bytes: int | None = None  # bytes a decode step of the target reads at least (specdec.measure.stream_rate)
@@ -212,25 +215,42 @@ def time_draft_feeds(draft, vocab_size: int, context_ids: list[int], sizes: tupl
         return time_passes(draft_lm, feed, sizes, repeats, last_only=True, tick=tick)
 
 
-def time_head_step(source, dtype: torch.dtype, device: torch.device, context: int, repeats: int) -> float:
-    """Median seconds of one draft step of a trained head (source: a HeadSource) as a run makes it:
-    a `step` of its layer over its own cache of `context` positions, then its logits, argmax read.
-    The head drafts with its own pass, not the draft model's, so its cost is timed apart."""
+@dataclass(frozen=True)
+class HeadCost:
+    """What a trained head's drafts cost: the first of a step, which reads the pairs the check kept
+    with the caches emptied by the target's pass, and each further one, its weights still cached."""
+
+    first_s: float
+    step_s: float
+
+
+def time_head_step(source, dtype: torch.dtype, device: torch.device, context: int, repeats: int,
+                   streamed: int | None = None) -> HeadCost:
+    """Median seconds of a trained head's draft (source: a HeadSource) as a run makes it: one pair
+    through its layer over its own cache of `context` positions, then its logits and
+    probabilities, the top one read. The first draft of a step is timed after as many bytes as the
+    target's pass streams (`streamed`; None: enough to empty the caches) were read
+    (specdec.measure.cold: a run's target pass has just streamed its weights through them), the
+    further ones without. The head drafts with its own pass, not the draft model's, so its cost
+    is timed apart."""
     run = source.make()
     hidden = run.head.shape.hidden
     gen = torch.Generator().manual_seed(0)
     feats = torch.randn(context, hidden, generator=gen).to(device, dtype)  # (context, H): any values cost the same
     ids = (torch.arange(context, device=device) * 7919 + 13) % source.vocab_size  # (context,)
     feature = run.extend(feats[:-1], ids[1:])  # (1, H)
-    times = []
+    times: dict[bool, list[float]] = {True: [], False: []}  # cold -> seconds
     for round_ in range(repeats + 2):
-        start = time.perf_counter()
-        out = run.step(feature, ids[-1:])
-        run.logits(out).argmax(-1).tolist()  # read: a GPU's work is done when this returns
-        if round_ >= 2:  # the first rounds pay for allocations
-            times.append(time.perf_counter() - start)
-        run.crop(context - 1)
-    return statistics.median(times)
+        for cold in (True, False):
+            if cold:
+                empty_caches(device, streamed)
+            start = time.perf_counter()
+            logits = run.logits(run.step(feature, ids[-1:]))  # (1, V)
+            torch.softmax(logits.float(), dim=-1).max().item()  # read: a GPU's work is done when this returns
+            if round_ >= 2:  # the first rounds pay for allocations
+                times[cold].append(time.perf_counter() - start)
+            run.crop(context - 1)
+    return HeadCost(statistics.median(times[True]), statistics.median(times[False]))
 
 
 @contextmanager

@@ -176,7 +176,7 @@ def keep_chosen_table(pair, measured: choose.Measured, tables: dict, drafts: dic
     if variant not in drafts:
         return
     feeds = cost_table.draft_feeds(pair, variant, choose.RUNNER)  # timed for the chosen variant alone (a second or two)
-    chosen = replace(tables[kernel], draft_s=drafts[variant], draft_feed_s=feeds, head_s=None)
+    chosen = replace(tables[kernel], draft_s=drafts[variant], draft_feed_s=feeds, head_s=None, head_first_s=None)
     kept = cost_table.read(path)
     if kept is not None and (kept.target_s, kept.draft_s, kept.draft_feed_s) == (chosen.target_s, chosen.draft_s, chosen.draft_feed_s):
         return
@@ -194,7 +194,7 @@ def _time_one(pair, what: str, name: str, tables: dict, drafts: dict, heads: dic
         from specdec.engines.assemble import head_source
 
         path = cost_table.table_path(pair.name, name, cost_table.NO_DRAFT, pair.dtype_name, pair.device, choose.RUNNER)
-        heads[name] = cost_table.head_step_s(pair, path, head_source(pair, name))
+        heads[name] = cost_table.head_step_s(pair, path, head_source(pair, name), tables[name].streamed_bytes)
 
 
 def _drop_built(pair, before: tuple[set, set], keep: tuple[set, set]) -> None:
