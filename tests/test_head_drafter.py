@@ -169,8 +169,9 @@ def test_the_head_reads_the_targets_features_of_the_kept_positions(tiny_pair, mo
     assert covered == list(range(drafted_at[-1] - 1))  # every position before the last draft, once, in order
     if paused:
         assert [e.step for e in events if e.k] == sorted(drafting)[: len(drafted_at)]
-        assert handed[1][0] == len(prompt) - 1 and handed[1][1].shape[0] == drafted_at[0] - len(prompt)  # steps 0-3's pairs, in one pass
-        assert handed[1][1].shape[0] == 4  # four plain steps kept a token each
+        first_catch_up = handed[1]  # steps 0-3's pairs, in one pass
+        assert first_catch_up[0] == len(prompt) - 1 and first_catch_up[1].shape[0] == drafted_at[0] - len(prompt)
+        assert first_catch_up[1].shape[0] == 4  # four plain steps kept a token each
         assert tokens(events) == tokens(run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=24)))
 
 

@@ -168,7 +168,8 @@ def test_passes_head_times_the_heads_step_beside_each_target_kernel(capsys, tiny
     assert all(h["median_s"] > 0 and h["first_s"] > 0 for h in result["heads"]) and result["variants"] == ["dense"]
     text = tables(result)
     step = next(p["median_s"] for p in result["passes"] if p["name"] == "int8" and p["tokens"] == 1)
-    assert f"| {result['heads'][1]['first_s'] / step:.3f} |" in text and "head drafts, dense head (beside target dense, int8):" in text
+    assert f"| {result['heads'][1]['first_s'] / step:.3f} |" in text
+    assert "head drafts, dense head (beside target dense, int8):" in text
 
 
 def test_a_second_measurement_waits_and_says_who_holds_the_lock(tmp_path, monkeypatch):

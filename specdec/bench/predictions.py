@@ -83,7 +83,8 @@ def priced_c(events, costs) -> float | None:
     """The c the cost K policy priced this run's drafting at, per drafted token (as the run's own c is
     counted: specdec.measure.metrics): the draft model's first pass of a step at its catch-up
     (costs.draft_pass_s), the passes after it at draft_s, the head's first draft of a step at
-    head_first_s and the drafts after it at head_s, prompt lookup at 0. None: nothing drafted, or the table lacks a drafter's cost."""
+    head_first_s and the drafts after it at head_s, prompt lookup at 0. None: nothing drafted, or
+    the table lacks a drafter's cost."""
     drafting = [e for e in events if e.drafted]
     if costs is None or not drafting:
         return None

@@ -81,7 +81,7 @@ def _prepare(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None,
         costs = costs_for(pair, config, target=target, progress=progress, head=head)  # read, or measured on this very target
     elif head is not None and costs is not None and costs.head_s is None:
         streamed = costs.streamed_bytes or streamed_bytes(target)  # what the target's pass before a first draft reads
-        costs = with_head(costs, head_step_for(pair, config, head, streamed))  # a caller's table: the head's drafts are this machine's
+        costs = with_head(costs, head_step_for(pair, config, head, streamed))  # a caller's table: this machine's head drafts
     return Prepared(target, draft, head, costs)
 
 

@@ -25,7 +25,7 @@ from specdec.kernels.machine_defaults import MachineDefaults
 from specdec.measure.passcost import HeadCost, PassCosts
 
 FORMAT = "specdec-defaults"
-VERSION = 3  # 3: the head's first draft of a step priced apart (after the target's pass); 2: the kernels' tables time the target alone
+VERSION = 3  # 3: the head's first draft of a step priced apart; 2: the kernels' tables time the target alone
 RUNNER = "eager"  # what is measured and started on: compiling pays back only after minutes per process
 K_MAX = 15  # the largest K weighed (a table of passes up to 16 tokens)
 
@@ -42,7 +42,7 @@ class Candidate:
     k: int  # the K the cost policy predicts best (0: drafting does not pay)
     tok_s: float  # predicted tokens/s
     why: str = ""  # K = 0 for a drafter: why drafting does not pay here
-    first_s: float | None = None  # the first draft of a step where it costs more than draft_s (the head's, after the target's pass)
+    first_s: float | None = None  # a step's first draft where it costs more than draft_s (the head's, after the target's pass)
 
     @property
     def c(self) -> float | None:

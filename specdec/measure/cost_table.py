@@ -38,7 +38,8 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import HeadCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds, time_head_step
+from specdec.measure.passcost import (HeadCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds,
+                                      time_head_step)
 
 FORMAT = "specdec-costs"
 VERSION = 2  # 2: the draft model's catch-up passes (draft_feed_s); a table of an older version is measured again
@@ -324,7 +325,8 @@ def read_head_steps(path: Path) -> dict[str, HeadCost]:
     try:
         c = json.loads(path.read_text(encoding="utf-8"))["costs"]
         steps, firsts = c.get("head_s", {}), c.get("head_first_s", {})
-        return {str(d): HeadCost(float(firsts[d]), float(s)) for d, s in steps.items() if _positive(s) and _positive(firsts.get(d))}
+        return {str(d): HeadCost(float(firsts[d]), float(s)) for d, s in steps.items()
+                if _positive(s) and _positive(firsts.get(d))}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 

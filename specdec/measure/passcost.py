@@ -40,8 +40,8 @@ class PassCosts:
     draft_s: float | None  # median seconds of one one-token draft-model pass (None: the pair has no draft model)
     context: int  # positions in the cache while timing
     repeats: int
-    head_s: float | None = None  # median seconds of one further draft of the run's trained head, its weights cached (None: not timed)
-    head_first_s: float | None = None  # median seconds of the head's first draft of a step, after the target's pass (None: head_s)
+    head_s: float | None = None  # median seconds of a further draft of the run's trained head, weights cached (None: not timed)
+    head_first_s: float | None = None  # median seconds of the head's first draft of a step, after a target pass (None: head_s)
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
     draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
     streamed_bytes: int | None = None  # bytes a decode step of the target reads at least (specdec.measure.stream_rate)
