@@ -26,7 +26,7 @@ import torch
 from specdec.core.runners import runner_model
 from specdec.core.runners.static_model import DRAFT_SHAPES
 from specdec.kernels.cpu_linear import linear_for
-from specdec.measure.cold import empty_caches
+from specdec.measure.cold import CacheEmptier
 from specdec.measure.stream_rate import process_read_rate, streamed_bytes
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -239,11 +239,12 @@ def time_head_step(source, dtype: torch.dtype, device: torch.device, context: in
     feats = torch.randn(context, hidden, generator=gen).to(device, dtype)  # (context, H): any values cost the same
     ids = (torch.arange(context, device=device) * 7919 + 13) % source.vocab_size  # (context,)
     feature = run.extend(feats[:-1], ids[1:])  # (1, H)
+    empty_caches = CacheEmptier(device, streamed)
     times: dict[bool, list[float]] = {True: [], False: []}  # cold -> seconds
     for round_ in range(repeats + 2):
         for cold in (True, False):
             if cold:
-                empty_caches(device, streamed)
+                empty_caches()
             start = time.perf_counter()
             logits = run.logits(run.step(feature, ids[-1:]))  # (1, V)
             torch.softmax(logits.float(), dim=-1).max().item()  # read: a GPU's work is done when this returns
