@@ -200,8 +200,8 @@ class CostK:
 
     def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
-        if drafter == "head":  # the first draft reads its weights from memory again; its pending pairs cost about one
-            first_s, unseen = getattr(self.costs, "head_first_s", None), 1
+        if drafter == "head":  # the first draft of a step reads the head's weights from memory again
+            first_s = getattr(self.costs, "head_first_s", None)
         else:
             first_s = self.costs.draft_pass_s(unseen) if drafter == "model" and unseen > 1 else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)

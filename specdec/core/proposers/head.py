@@ -72,9 +72,9 @@ class HeadProposer:
         return True
 
     def unseen(self, seq: list[int]) -> int:
-        """The pairs its next draft first reads: 1 after a step it drafted, more after steps it did
-        not draft. The cost policy prices the head's step alike for any number (module docstring)."""
-        return max(1, sum(f.shape[0] for f in self.pending))
+        """1: its catch-up over the pairs of the steps it did not draft costs about what one pair
+        costs (module docstring), so the cost policy prices its first draft alike after any pause."""
+        return 1
 
     def start(self, run, prompt_length: int, positions: int) -> None:
         self.head, self.predicted, self.pending = self.source.make(), None, []
