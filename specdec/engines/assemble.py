@@ -28,7 +28,7 @@ from specdec.kernels.cpu_linear import linear_for
 from specdec.kernels.head_offer import drafting_ids, head_run, head_weights, require_head, subset_lm_head, validation_prior
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
-from specdec.measure.cost_table import costs_for, head_step_for, with_head
+from specdec.measure.cost_table import costs_for, head_cost_for, with_head
 from specdec.measure.passcost import PassCosts
 from specdec.measure.stream_rate import streamed_bytes
 from specdec.models.pair import ModelPair
@@ -81,7 +81,7 @@ def _prepare(pair: ModelPair, config: GenerationConfig, costs: PassCosts | None,
         costs = costs_for(pair, config, target=target, progress=progress, head=head)  # read, or measured on this very target
     elif head is not None and costs is not None and costs.head_s is None:
         streamed = costs.streamed_bytes or streamed_bytes(target)  # what the target's pass before a first draft reads
-        costs = with_head(costs, head_step_for(pair, config, head, streamed))  # a caller's table: this machine's head drafts
+        costs = with_head(costs, head_cost_for(pair, config, head, streamed))  # a caller's table: this machine's head drafts
     return Prepared(target, draft, head, costs)
 
 

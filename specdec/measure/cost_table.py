@@ -105,7 +105,7 @@ def measure(pair, *, kernel: str = "dense", target=None, draft_variant: str = "d
     costs = _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress)
     if head is None:
         return costs
-    return with_head(costs, head_step_s(pair, path, head, costs.streamed_bytes))
+    return with_head(costs, head_cost(pair, path, head, costs.streamed_bytes))
 
 
 def with_head(costs: PassCosts, head: HeadCost) -> PassCosts:
@@ -153,7 +153,7 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
     return costs
 
 
-def head_step_s(pair, path: Path, head, streamed: int | None) -> HeadCost:
+def head_cost(pair, path: Path, head, streamed: int | None) -> HeadCost:
     """The head's drafts (head: a HeadSource) as kept in the table at `path`, by the head file's
     digest: from this process, else from the file, else timed now and added to the file.
     streamed: the bytes the target's decode step reads (the table's streamed_bytes), which the
@@ -175,12 +175,12 @@ def costs_for(pair, config, target=None, progress: bool = False, head=None) -> P
                    draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress, head=head)
 
 
-def head_step_for(pair, config, head, streamed: int | None) -> HeadCost:
+def head_cost_for(pair, config, head, streamed: int | None) -> HeadCost:
     """The drafts of `head` (a HeadSource) as kept with the cost table of these settings, timed now
-    if they are not there (head_step_s, after `streamed` bytes); the table itself is not measured for it."""
+    if they are not there (head_cost, after `streamed` bytes); the table itself is not measured for it."""
     path = table_path(pair.name, getattr(config, "target_kernel", "dense"), config.draft_variant, pair.dtype_name, pair.device,
                       getattr(config, "runner", "eager"))
-    return head_step_s(pair, path, head, streamed)
+    return head_cost(pair, path, head, streamed)
 
 
 def draft_path(pair_name: str, draft_variant: str, dtype: str, device: torch.device, runner: str = "eager") -> Path:
@@ -237,7 +237,7 @@ def read_draft(path: Path) -> float | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         seconds = data["draft_s"]
-        ok = data.get("format") == FORMAT and data.get("version") == VERSION and isinstance(seconds, (int, float)) and seconds > 0
+        ok = data.get("format") == FORMAT and data.get("version") == VERSION and _positive(seconds)
         return float(seconds) if ok else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -306,12 +306,12 @@ def read(path: Path) -> PassCosts | None:
         sizes, target_s, draft_s = tuple(int(n) for n in c["sizes"]), tuple(float(t) for t in c["target_s"]), c["draft_s"]
         if len(sizes) != len(target_s) or not sizes or not all(t > 0 for t in target_s):
             return None
-        if draft_s is not None and not (isinstance(draft_s, (int, float)) and draft_s > 0):
+        if draft_s is not None and not _positive(draft_s):
             return None
         feeds = None if draft_s is None else tuple(float(t) for t in c["draft_feed_s"])
         if feeds is not None and (len(feeds) != len(sizes) or not all(t > 0 for t in feeds)):
             return None
-        limit = {name: c.get(name) if isinstance(c.get(name), (int, float)) and c.get(name) > 0 else None
+        limit = {name: c.get(name) if _positive(c.get(name)) else None
                  for name in ("streamed_bytes", "read_rate")}  # optional: a table without them shows no limit
         return PassCosts(sizes, target_s, None if draft_s is None else float(draft_s), int(c["context"]), int(c["repeats"]),
                          draft_feed_s=feeds, **limit)
@@ -331,5 +331,6 @@ def read_head_steps(path: Path) -> dict[str, HeadCost]:
         return {}
 
 
-def _positive(seconds) -> bool:
-    return isinstance(seconds, (int, float)) and seconds > 0
+def _positive(value) -> bool:
+    """A number above zero (what a kept time, or a count of bytes, must be to be trusted)."""
+    return isinstance(value, (int, float)) and value > 0

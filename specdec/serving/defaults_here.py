@@ -194,7 +194,7 @@ def _time_one(pair, what: str, name: str, tables: dict, drafts: dict, heads: dic
         from specdec.engines.assemble import head_source
 
         path = cost_table.table_path(pair.name, name, cost_table.NO_DRAFT, pair.dtype_name, pair.device, choose.RUNNER)
-        heads[name] = cost_table.head_step_s(pair, path, head_source(pair, name), tables[name].streamed_bytes)
+        heads[name] = cost_table.head_cost(pair, path, head_source(pair, name), tables[name].streamed_bytes)
 
 
 def _drop_built(pair, before: tuple[set, set], keep: tuple[set, set]) -> None:
