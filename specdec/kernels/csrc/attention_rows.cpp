@@ -69,15 +69,73 @@ __attribute__((target("avx2"))) inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
 }
 
-// q . k over D columns: 8 lanes summed in column order, the tail (D % 8) after them, then the lanes.
-template <typename T>
-__attribute__((target("avx2"))) inline float dot(const float* q, const T* k, int64_t D) {
-  __m256 acc = _mm256_setzero_ps();
+constexpr int kHeadsAtOnce = 8;  // query heads whose sums run side by side (independent chains: the adds' latency overlaps)
+
+// scores[j * padded + t] = scale * (q_j . k[key_t]) for NH heads j (qf: NH rows of D floats): each dot
+// sums 8 lanes in column order, then the lanes (lane_sum), then the tail (D % 8) in order. The heads run
+// side by side over one widened key, each its own chain of the same operations it would run alone.
+template <int NH, typename T>
+__attribute__((target("avx2"))) void head_scores(const float* qf, const T* kb, int64_t kstride, const int32_t* keys, int64_t n,
+                                                 int64_t D, float scale, float* scores, int64_t padded) {
+  for (int64_t t = 0; t < n; ++t) {
+    const T* kr = kb + keys[t] * kstride;
+    __m256 acc[NH];
+    for (int j = 0; j < NH; ++j) acc[j] = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d + kLanes <= D; d += kLanes) {
+      const __m256 kv = widen8(kr + d);
+      for (int j = 0; j < NH; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_loadu_ps(qf + j * D + d), kv));
+    }
+    for (int j = 0; j < NH; ++j) {
+      float sum = lane_sum(acc[j]);
+      for (int64_t e = d; e < D; ++e) sum += qf[j * D + e] * static_cast<float>(kr[e]);
+      scores[j * padded + t] = sum * scale;
+    }
+  }
+}
+
+// acc[j * D + d] = sum_t p_j[t] v[key_t, d], in key order, for NH heads j (p_j at p + j * padded): 8 columns
+// at a time held in registers over all the keys, each widened value row read once for the NH heads.
+template <int NH, typename T>
+__attribute__((target("avx2"))) void head_values(const float* p, int64_t padded, const T* vb, int64_t vstride, const int32_t* keys,
+                                                 int64_t n, int64_t D, float* acc) {
   int64_t d = 0;
-  for (; d + kLanes <= D; d += kLanes) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), widen8(k + d)));
-  float sum = lane_sum(acc);
-  for (; d < D; ++d) sum += q[d] * static_cast<float>(k[d]);
-  return sum;
+  for (; d + kLanes <= D; d += kLanes) {
+    __m256 a[NH];
+    for (int j = 0; j < NH; ++j) a[j] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < n; ++t) {
+      const __m256 vv = widen8(vb + keys[t] * vstride + d);
+      for (int j = 0; j < NH; ++j) a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(_mm256_set1_ps(p[j * padded + t]), vv));
+    }
+    for (int j = 0; j < NH; ++j) _mm256_storeu_ps(acc + j * D + d, a[j]);
+  }
+  for (; d < D; ++d) {
+    for (int j = 0; j < NH; ++j) {
+      float sum = 0.0f;
+      for (int64_t t = 0; t < n; ++t) sum += p[j * padded + t] * static_cast<float>(vb[keys[t] * vstride + d]);
+      acc[j * D + d] = sum;
+    }
+  }
+}
+
+// The heads [h0, h0 + count) of a work item, count <= kHeadsAtOnce, as NH = count (a compile-time count
+// keeps the chains in registers).
+template <int NH = kHeadsAtOnce, typename T>
+void heads_scores(int count, const float* qf, const T* kb, int64_t kstride, const int32_t* keys, int64_t n, int64_t D, float scale,
+                  float* scores, int64_t padded) {
+  if constexpr (NH > 1) {
+    if (count < NH) return heads_scores<NH - 1>(count, qf, kb, kstride, keys, n, D, scale, scores, padded);
+  }
+  head_scores<NH>(qf, kb, kstride, keys, n, D, scale, scores, padded);
+}
+
+template <int NH = kHeadsAtOnce, typename T>
+void heads_values(int count, const float* p, int64_t padded, const T* vb, int64_t vstride, const int32_t* keys, int64_t n, int64_t D,
+                  float* acc) {
+  if constexpr (NH > 1) {
+    if (count < NH) return heads_values<NH - 1>(count, p, padded, vb, vstride, keys, n, D, acc);
+  }
+  head_values<NH>(p, padded, vb, vstride, keys, n, D, acc);
 }
 
 struct Shape {
@@ -85,11 +143,11 @@ struct Shape {
 };
 
 // One work item: batch b, key/value head g, query row i, for the `group` query heads sharing g.
-// scores: scratch of group * (C + kLanes) floats; keys: scratch of C ints; qf: group * D floats.
+// scores: scratch of group * (C + kLanes) floats; keys: scratch of C ints; qf and acc: group * D floats.
 template <typename T>
 __attribute__((target("avx2"))) void row(const T* q, const T* k, const T* v, const bool* mask, T* out, const Shape& s,
                                          const int64_t* qs, const int64_t* ks, const int64_t* vs, float scale, int64_t b,
-                                         int64_t g, int64_t i, float* scores, int32_t* keys, float* qf) {
+                                         int64_t g, int64_t i, float* scores, int32_t* keys, float* qf, float* acc) {
   int64_t n = 0;  // the keys this row sees, in order
   if (mask != nullptr) {
     const bool* m = mask + (b * s.L + i) * s.C;
@@ -103,12 +161,11 @@ __attribute__((target("avx2"))) void row(const T* q, const T* k, const T* v, con
     for (int64_t d = 0; d < s.D; ++d) qf[h * s.D + d] = static_cast<float>(qr[d]);
   }
   const T* kb = k + b * ks[0] + g * ks[1];
-  for (int64_t t = 0; t < n; ++t) {
-    const T* kr = kb + keys[t] * ks[2];
-    for (int64_t h = 0; h < G; ++h) scores[h * padded + t] = dot(qf + h * s.D, kr, s.D) * scale;
+  for (int64_t h0 = 0; h0 < G; h0 += kHeadsAtOnce) {
+    const int count = static_cast<int>(std::min<int64_t>(kHeadsAtOnce, G - h0));
+    heads_scores(count, qf + h0 * s.D, kb, ks[2], keys, n, s.D, scale, scores + h0 * padded, padded);
   }
-  const T* vb = v + b * vs[0] + g * vs[1];
-  std::vector<float> acc(s.D);
+  std::vector<float> sums(G);
   for (int64_t h = 0; h < G; ++h) {
     float* p = scores + h * padded;
     float top = -std::numeric_limits<float>::infinity();
@@ -126,19 +183,16 @@ __attribute__((target("avx2"))) void row(const T* q, const T* k, const T* v, con
       _mm256_storeu_ps(p + t, e);
       total = _mm256_add_ps(total, e);
     }
-    const float sum = lane_sum(total);
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t t = 0; t < n; ++t) {  // sum_t p[t] v[key_t], in key order
-      const T* vr = vb + keys[t] * vs[2];
-      const __m256 pt = _mm256_set1_ps(p[t]);
-      int64_t d = 0;
-      for (; d + kLanes <= s.D; d += kLanes) {
-        _mm256_storeu_ps(acc.data() + d, _mm256_add_ps(_mm256_loadu_ps(acc.data() + d), _mm256_mul_ps(pt, widen8(vr + d))));
-      }
-      for (; d < s.D; ++d) acc[d] += p[t] * static_cast<float>(vr[d]);
-    }
+    sums[h] = lane_sum(total);
+  }
+  const T* vb = v + b * vs[0] + g * vs[1];
+  for (int64_t h0 = 0; h0 < G; h0 += kHeadsAtOnce) {
+    const int count = static_cast<int>(std::min<int64_t>(kHeadsAtOnce, G - h0));
+    heads_values(count, scores + h0 * padded, padded, vb, vs[2], keys, n, s.D, acc + h0 * s.D);
+  }
+  for (int64_t h = 0; h < G; ++h) {
     T* o = out + ((b * s.L + i) * s.H + g * G + h) * s.D;  // out is (B, L, H, D), contiguous
-    for (int64_t d = 0; d < s.D; ++d) o[d] = static_cast<T>(n > 0 ? acc[d] / sum : 0.0f);
+    for (int64_t d = 0; d < s.D; ++d) o[d] = static_cast<T>(n > 0 ? acc[h * s.D + d] / sums[h] : 0.0f);
   }
 }
 
@@ -151,11 +205,11 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const bo
   const int64_t items = s.B * s.KV * s.L;
   const int64_t work = s.H * s.L * s.C * s.D;  // multiply-adds of the whole call, about
   at::parallel_for(0, items, work >= (1 << 18) ? 1 : items, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(s.group * (s.C + kLanes)), qf(s.group * s.D);
+    std::vector<float> scores(s.group * (s.C + kLanes)), qf(s.group * s.D), acc(s.group * s.D);
     std::vector<int32_t> keys(s.C);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item % s.L, g = (item / s.L) % s.KV, b = item / (s.L * s.KV);
-      row<T>(qp, kp, vp, mask, op, s, qs, ks, vs, scale, b, g, i, scores.data(), keys.data(), qf.data());
+      row<T>(qp, kp, vp, mask, op, s, qs, ks, vs, scale, b, g, i, scores.data(), keys.data(), qf.data(), acc.data());
     }
   });
 }
