@@ -20,7 +20,7 @@ from specdec.models.built import Built
 CPU = torch.device("cpu")
 if not w8a8_build.available(CPU)[0]:
     pytest.skip(w8a8_build.unavailable_for("w4a8", CPU), allow_module_level=True)
-ON_THIS_CPU = [p for p in ("avx2", "avx512") if p in w8a8_build.paths("w4a8")]
+ON_THIS_CPU = [p for p in ("avx2", "avx512", "amx") if p in w8a8_build.paths("w4a8")]
 # Shapes: K not a multiple of 32 or 256, N not a multiple of 32 (a tile), several super-blocks, the target's MLP shape.
 SHAPES = [(70, 37), (16, 256), (100, 300), (8960, 1536)]
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -84,6 +84,22 @@ def test_the_forced_avx2_path_gives_the_avx512_paths_bits(n, k, monkeypatch):
     for dtype in (torch.float32, torch.bfloat16):
         x = activations(11, k, dtype)
         assert torch.equal(fast(x), plain(x))
+
+
+@pytest.mark.skipif("amx" not in ON_THIS_CPU, reason="this CPU (or its OS) gives no AMX-INT8: the VNNI and AVX2 paths run here")
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_amx_gives_the_vnni_paths_bits_for_every_row_count(n, k):
+    """The AMX path unpacks the codes once per half super-block for all its row tiles of 16: a check of 2,
+    a partial last tile (17, 40 rows) and a prompt of several tiles give each row the VNNI path's bits.
+    Auto runs AMX from 16 rows and VNNI below, so every row keeps its bits across that crossing too."""
+    amx, blocks, b = layer(n, k, bias=True, path="amx")
+    vnni = W4A8Linear(blocks, k, b, CPU, path=PATHS["avx512"])
+    auto = W4A8Linear(blocks, k, b, CPU, path=PATHS["auto"])
+    x = activations(40, k, torch.bfloat16)
+    alone = torch.cat([vnni(x[i : i + 1]) for i in range(40)])
+    for rows in (1, 2, 15, 16, 17, 40):
+        assert torch.equal(amx(x[:rows]), alone[:rows]), rows
+        assert torch.equal(auto(x[:rows]), alone[:rows]), rows
 
 
 @pytest.mark.parametrize("path", ON_THIS_CPU)

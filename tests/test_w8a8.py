@@ -18,7 +18,7 @@ from specdec.models.built import Built
 CPU = torch.device("cpu")
 if not w8a8_build.available(CPU)[0]:
     pytest.skip(w8a8_build.unavailable_reason(CPU), allow_module_level=True)
-PATHS = [p for p in ("avx2", "avx512") if p in w8a8_build.paths()]
+PATHS = [p for p in ("avx2", "avx512", "amx") if p in w8a8_build.paths()]
 # Shapes: K not a multiple of 4 or 64, N not a multiple of 16 or 32, and the target's MLP shape.
 SHAPES = [(70, 37), (16, 4), (100, 130), (8960, 1536)]
 
@@ -99,6 +99,22 @@ def test_avx512_and_avx2_paths_agree_bit_for_bit(n, k):
         assert torch.equal(fast(x), plain(x))
 
 
+@pytest.mark.skipif("amx" not in PATHS, reason="this CPU (or its OS) gives no AMX-INT8: the VNNI and AVX2 paths run here")
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_amx_gives_the_vnni_paths_bits_for_every_row_count(n, k):
+    """The AMX path's tiles hold 16 rows: a check of 2, a partial last tile (17, 40 rows) and a prompt of
+    several tiles give each row the VNNI path's bits. Auto runs AMX from 8 rows and VNNI below, so a
+    check that crosses it still gives every row the bits it has alone."""
+    amx, _, _ = layer(n, k, bias=True, path="amx")
+    vnni, _, _ = layer(n, k, bias=True, path="avx512")
+    auto, _, _ = layer(n, k, bias=True, path="auto")
+    x = activations(40, k, torch.bfloat16)
+    alone = torch.cat([vnni(x[i : i + 1]) for i in range(40)])
+    for rows in (1, 2, 7, 8, 16, 17, 40):
+        assert torch.equal(amx(x[:rows]), alone[:rows]), rows
+        assert torch.equal(auto(x[:rows]), alone[:rows]), rows
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_error_against_the_dequantized_weights_is_within_half_an_activation_step(dtype):
     """Against x @ (qw * sw).T with the float x, the only approximation is rounding x to its block's
@@ -151,7 +167,7 @@ def test_the_path_variable_is_checked(monkeypatch, kernel):
     monkeypatch.setenv(env, "avx2")
     assert path_from_env() == 1
     monkeypatch.setenv(env, "sse")
-    with pytest.raises(ValueError, match=f"{env} must be one of auto, avx2, avx512, got 'sse'"):
+    with pytest.raises(ValueError, match=f"{env} must be one of auto, avx2, avx512, amx, got 'sse'"):
         path_from_env()
 
 

@@ -14,7 +14,7 @@ each row on every call, summed in integers.
   (csrc/activation_blocks.h, `w8a8.quantize_blocks`): a half super-block is one activation block.
 - Exact: S and M are integer sums (|S| < 2^24, so float(S) is exact too), the halves are added in one
   fixed order, and the epilogue is one fixed float expression, so a row's output is the same bits alone
-  or among the K+1 rows of a check (batch-invariant), on either instruction-set path. llama.cpp's Q4_K x
+  or among the K+1 rows of a check (batch-invariant), on every instruction-set path (AVX2, AVX-512 VNNI, AMX). llama.cpp's Q4_K x
   Q8_K product is built the same way (integer sums scaled by the 6-bit sc and m, then d and dmin), with
   activation blocks of 256 where ours are 128.
 

@@ -36,13 +36,13 @@ from specdec.models.bundle import cache_root
 
 _CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = tuple(_CSRC / name for name in ("w8a8.cpp", "w4a8.cpp", "attention_rows.cpp", "linear_rows.cpp"))
-HEADERS = (_CSRC / "activation_blocks.h", _CSRC / "kernel_entry.h", _CSRC / "weight_stream.h")  # included by the sources: part of the key, not of the command
+HEADERS = (_CSRC / "activation_blocks.h", _CSRC / "amx_tiles.h", _CSRC / "kernel_entry.h", _CSRC / "weight_stream.h")  # included by the sources: part of the key, not of the command
 LIBRARY = "libspecdec_w8a8.so"
 # -ffp-contract=off: no fused multiply-add in the float epilogue, so both paths round alike.
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-DNDEBUG", "-w")
 COMPILER_ENV = "CXX"  # environment variable naming the compiler; else g++, then c++
 NAME = "the w8a8 target kernel"
-PATHS = {"auto": 0, "avx2": 1, "avx512": 2}  # the kernels' instruction-set paths (auto: the best this CPU has; csrc/kernel_entry.h)
+PATHS = {"auto": 0, "avx2": 1, "avx512": 2, "amx": 3}  # the kernels' instruction-set paths (auto: the best this CPU has for the call; csrc/kernel_entry.h)
 
 _lock = threading.Lock()
 _loaded: list[Path] = []  # the library loaded into this process (at most one)
@@ -212,9 +212,10 @@ def _compile(argv: list[str], progress: bool) -> tuple[int, str]:
 
 
 def paths(kernel: str = "w8a8") -> list[str]:
-    """The instruction-set paths this CPU runs `kernel` (w8a8 or w4a8) on: 'avx2', and 'avx512' (VNNI) where it has it."""
+    """The instruction-set paths this CPU runs `kernel` (w8a8 or w4a8) on: 'avx2', 'avx512' (VNNI) where it
+    has it, and 'amx' (AMX-INT8) where the CPU and the OS give it."""
     import torch
 
     load()
     bits = int(torch.ops.specdec.w4a8_paths() if kernel == "w4a8" else torch.ops.specdec.w8a8_paths())
-    return [name for bit, name in ((1, "avx2"), (2, "avx512")) if bits & bit]
+    return [name for bit, name in ((1, "avx2"), (2, "avx512"), (4, "amx")) if bits & bit]

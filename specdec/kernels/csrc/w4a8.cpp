@@ -13,16 +13,18 @@
 //
 // |S| <= 4 * 63 * 32 * 15 * 127 < 2^24 and |M| <= 4 * 63 * 32 * 127, so both are exact as floats too. The
 // integer sums have no rounding, the halves are added in one fixed order, and the float epilogue is one
-// fixed sequence of IEEE operations shared by both paths (built with -ffp-contract=off): a row's output is
-// the same bits alone or among the K+1 rows of a speculative check, and on either path.
+// fixed sequence of IEEE operations shared by every path (built with -ffp-contract=off): a row's output is
+// the same bits alone or among the K+1 rows of a speculative check, and on any path.
 //
-// Two paths, chosen at run time (or forced, to test that they agree bit for bit):
+// Three paths, chosen at run time for each call (or forced, to test that they agree bit for bit):
 // - AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, which is what q (0..15) and qx are: four
 //   products into each int32 lane, 16 output channels a vector, two vectors a tile;
 // - AVX2: vpmaddubsw(q, qx) gives pairs of products; a sub-block's pairs are added in int16 (at most
 //   4 * 4 * 15 * 127 = 30480: no overflow), then vpmaddwd with the sub-block's sc adds them, scaled, into
 //   int32, and M comes from int16 pairs of m and of the sums of qx (vpmaddwd) too; 8 channels a vector.
 // In both, the 4-bit codes are unpacked to bytes in registers (a mask and a shift), never in memory.
+// - AMX (csrc/amx_tiles.h), for calls of many rows: the codes of a half super-block are unpacked to bytes
+//   in a scratch tile and multiplied by tiles of 16 rows (tdpbsud), one sub-block at a time; below.
 //
 // Packed layout, (tiles, supers, kRecord) uint8, tiles = ceil(N / 32), supers = Kp / 256: one record per
 // 32 channels and super-block, read as one stream, and each tile read from memory once for all rows of the
@@ -62,6 +64,11 @@ constexpr int64_t kDminOffset = kDOffset + 2 * kTile;
 constexpr int64_t kRecord = kDminOffset + 2 * kTile;  // 4736 bytes: 4.625 bits a weight
 constexpr int kRowsAvx512 = 6;  // rows per register block: 12 sums and 12 scaled sums in zmm (a check of 6 at once)
 constexpr int kRowsAvx2 = 4;
+// Auto runs calls of this many rows or more on AMX: unpacking the codes to bytes and scaling each
+// sub-block's sums cost AMX about what a few rows cost VNNI. One layer of the target's MLP shape (8960 x
+// 1536, in the last-level cache), AMX against VNNI on a 2-core Intel Xeon, medians of 15: 1 row 0.50
+// against 0.30 ms, 8 rows 0.60 / 0.59, 12 rows 0.69 / 0.69, 16 rows 0.78 / 0.91, 56 rows 2.04 / 2.78.
+constexpr int64_t kAmxFromRows = 16;
 
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
 
@@ -93,6 +100,34 @@ struct Rows {
 // broadcast of 4 activation bytes feeds both vectors of the tile. With one or two rows, the low and the
 // high nibbles' products go to separate accumulators: four chains of vpdpbusd instead of two, so the
 // instruction's latency does not bound a step (integer sums: the same result).
+
+// part[r] += (float(S) * d - float(M) * dmin) * sx for half h of super-block s (rec: that super-block's
+// record) and R rows: S[r][v] the scaled sums of channels 16v..16v+15, M summed here. The one float
+// sequence of the VNNI and AMX paths (the AVX2 path runs the same operations 8 channels at a time).
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void add_half_avx512(const __m512 (&S)[R][2], const Rows& a,
+                                                                                  const uint8_t* rec, int64_t s, int64_t h, float* part) {
+  for (int v = 0; v < 2; ++v) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDOffset + 32 * v)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDminOffset + 32 * v)));
+    __m512i mpair[kHalfSubs / 2];  // 16 channels' (m[j], m[j + 1]) as int16 pairs, j = 4h, 4h + 2
+    for (int64_t q = 0; q < kHalfSubs / 2; ++q) {
+      const uint8_t* mj = rec + kMinOffset + (h * kHalfSubs + 2 * q) * kTile + 16 * v;
+      const __m128i m0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mj));
+      const __m128i m1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mj + kTile));
+      mpair[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const int16_t* xs = a.xsum16 + r * a.lds + s * kSubs + h * kHalfSubs;
+      __m512i Mi = _mm512_setzero_si512();
+      for (int64_t q = 0; q < kHalfSubs / 2; ++q) Mi = _mm512_dpwssd_epi32(Mi, mpair[q], _mm512_set1_epi32(four_bytes(reinterpret_cast<const int8_t*>(xs + 2 * q))));
+      const __m512 M = _mm512_cvtepi32_ps(Mi);  // exact: |M| < 2^24
+      const __m512 c = _mm512_sub_ps(_mm512_mul_ps(S[r][v], d), _mm512_mul_ps(M, dmin));
+      float* out = part + r * kTile + 16 * v;
+      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_mul_ps(c, _mm512_set1_ps(a.sx[r * a.ldb + s * 2 + h]))));
+    }
+  }
+}
 
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Rows& a, const uint8_t* rec, int64_t supers,
@@ -139,26 +174,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Ro
         }
       }
       for (int64_t line = 0; line < (kRecord - kCodes) / 2; line += 128) prefetch_ahead(rec + kCodes + h * (kRecord - kCodes) / 2 + line);  // the tail: sc, m, d, dmin
-      for (int v = 0; v < 2; ++v) {  // part += (float(S) * d - float(M) * dmin) * sx: the same operations on AVX2
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDOffset + 32 * v)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kDminOffset + 32 * v)));
-        __m512i mpair[kHalfSubs / 2];  // 16 channels' (m[j], m[j + 1]) as int16 pairs, j = 4h, 4h + 2
-        for (int64_t q = 0; q < kHalfSubs / 2; ++q) {
-          const uint8_t* mj = rec + kMinOffset + (h * kHalfSubs + 2 * q) * kTile + 16 * v;
-          const __m128i m0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mj));
-          const __m128i m1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mj + kTile));
-          mpair[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
-        }
-        for (int r = 0; r < R; ++r) {
-          const int16_t* xs = a.xsum16 + r * a.lds + s * kSubs + h * kHalfSubs;
-          __m512i Mi = _mm512_setzero_si512();
-          for (int64_t q = 0; q < kHalfSubs / 2; ++q) Mi = _mm512_dpwssd_epi32(Mi, mpair[q], _mm512_set1_epi32(four_bytes(reinterpret_cast<const int8_t*>(xs + 2 * q))));
-          const __m512 M = _mm512_cvtepi32_ps(Mi);  // exact: |M| < 2^24
-          const __m512 c = _mm512_sub_ps(_mm512_mul_ps(S[r][v], d), _mm512_mul_ps(M, dmin));
-          float* out = part + r * kTile + 16 * v;
-          _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_mul_ps(c, _mm512_set1_ps(a.sx[r * a.ldb + s * 2 + h]))));
-        }
-      }
+      add_half_avx512<R>(S, a, rec, s, h, part);
     }
   }
 }
@@ -220,6 +236,82 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
   }
 }
 
+// ---- AMX: one tile (32 channels) by a block of up to 16 rows -------------------------------------
+//
+// Per half super-block: the codes of its 4 sub-blocks are unpacked to bytes in the layout tdpbsud reads
+// (8 rows of 4 columns x 16 channels: the low nibbles of the 4 groups, then the high ones, which is where
+// the packed layout keeps them); then one operation per sub-block and 16 channels multiplies them by the
+// 32 columns of 16 activation rows. Each sub-block's int32 sums are scaled by its sc into S as on the
+// VNNI path (the same integers, exact in floats), and add_half_avx512 ends the half. All of a half's
+// bytes are written before the tile loads read them, and all its sums stored before vector loads read
+// them: a tile load does not take bytes from stores still in flight, so interleaving the two stalled it.
+
+// Rows [r0, r0 + R): S from the half's stored sums, then add_half_avx512.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void add_half_rows(const int32_t (*sums)[2][kAmxRows * 16], const __m512 (&sc)[kHalfSubs][2],
+                                                                          int r0, const Rows& a, const uint8_t* rec, int64_t s, int64_t h,
+                                                                          float* part) {
+  __m512 S[R][2];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < 2; ++v) {
+      S[r][v] = _mm512_setzero_ps();
+      for (int j = 0; j < kHalfSubs; ++j)
+        S[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[j][v] + (r0 + r) * 16)), sc[j][v], S[r][v]);
+    }
+  }
+  const Rows at{a.xq, a.ldx, a.xsum16 + r0 * a.lds, a.lds, a.sx + r0 * a.ldb, a.ldb};
+  add_half_avx512<R>(S, at, rec, s, h, part + r0 * kTile);
+}
+
+// All `rows` rows of the call at a.xq (row blocks of 16, each unpacked half read by all of them), which
+// must be readable to a whole tile of rows (the call pads them with zeros); part: rows x 32 floats; tiles
+// configured by configure_tiles(kSub).
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vnni")))
+void tile_amx(int64_t rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  alignas(64) uint8_t codes[kHalfSubs][2][8 * 64];  // tdpbsud's weight tiles: sub-block, channels 0-15 / 16-31
+  alignas(64) int32_t sums[kHalfSubs][2][kAmxRows * 16];  // its int32 sums: rows x 16 channels
+  std::fill(part, part + rows * kTile, 0.0f);
+  for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
+    for (int64_t h = 0; h < kSubs / kHalfSubs; ++h) {
+      __m512 sc[kHalfSubs][2];
+      for (int j = 0; j < kHalfSubs; ++j) {
+        const int64_t sub = h * kHalfSubs + j;
+        for (int p = 0; p < 4; ++p) {
+          const uint8_t* w = rec + (sub * 4 + p) * 2 * 64;
+          prefetch_ahead(w);  // weight_stream.h
+          for (int v = 0; v < 2; ++v) {
+            const __m512i c = _mm512_loadu_si512(w + 64 * v);
+            _mm512_store_si512(codes[j][v] + 64 * p, _mm512_and_si512(c, low4));  // columns 4p..4p+3
+            _mm512_store_si512(codes[j][v] + 64 * (4 + p), _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));  // 16 + 4p..
+          }
+        }
+        for (int v = 0; v < 2; ++v)
+          sc[j][v] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kScOffset + sub * kTile + 16 * v))));
+      }
+      for (int64_t m0 = 0; m0 < rows; m0 += kAmxRows) {
+        const int block = static_cast<int>(std::min<int64_t>(kAmxRows, rows - m0));
+        const Rows ab{a.xq + m0 * a.ldx, a.ldx, a.xsum16 + m0 * a.lds, a.lds, a.sx + m0 * a.ldb, a.ldb};
+        for (int j = 0; j < kHalfSubs; ++j) {
+          _tile_loadd(0, ab.xq + s * kSuper + (h * kHalfSubs + j) * kSub, ab.ldx);
+          _tile_loadd(1, codes[j][0], 64);
+          _tile_loadd(2, codes[j][1], 64);
+          _tile_zero(3);
+          _tile_zero(4);
+          _tile_dpbsud(3, 0, 1);
+          _tile_dpbsud(4, 0, 2);
+          _tile_stored(3, sums[j][0], 64);
+          _tile_stored(4, sums[j][1], 64);
+        }
+        float* pb = part + m0 * kTile;
+        int r0 = 0;
+        for (; r0 + 4 <= block; r0 += 4) add_half_rows<4>(sums, sc, r0, ab, rec, s, h, pb);
+        for (; r0 < block; ++r0) add_half_rows<1>(sums, sc, r0, ab, rec, s, h, pb);
+      }
+    }
+  }
+}
+
 // Dispatch on the number of rows in this block (a compile-time count keeps the sums in registers).
 template <int R = kRowsAvx512>
 void block_avx512(int rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
@@ -243,7 +335,8 @@ template <typename T>
 void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packed, int64_t tiles, int64_t supers,
          const float* bias, int64_t path) {
   const int64_t Kp = supers * kSuper, blocks = Kp / kBlock, subs = Kp / kSub;
-  std::vector<int8_t> q(M * Kp);
+  const bool vnni = path == kAvx512, amx = path == kAmx;
+  std::vector<int8_t> q((amx ? (M + kAmxRows - 1) / kAmxRows * kAmxRows : M) * Kp);  // AMX: whole tiles of rows, zeros after M
   std::vector<float> sx(M * blocks);
   std::vector<int32_t> qsum(M * blocks);
   std::vector<int16_t> xsum16(M * subs);
@@ -258,20 +351,21 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       }
     }
   });
-  const bool vnni = path == kAvx512;
-  const int block = vnni ? kRowsAvx512 : kRowsAvx2;
+  const int block = amx ? kAmxRows : vnni ? kRowsAvx512 : kRowsAvx2;
   const int64_t grain = tiles * supers * M >= 256 ? 1 : tiles;  // small layers: one thread, no team wake-up
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    alignas(64) float part[kRowsAvx512 * kTile];
+    std::vector<float> part((amx ? M : block) * kTile);
+    if (amx) configure_tiles(kSub);
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* rec = packed + t * supers * kRecord;
       const int64_t n0 = t * kTile, cols = std::min(kTile, N - n0);
-      for (int64_t m0 = 0; m0 < M; m0 += block) {
-        const int rows = static_cast<int>(std::min<int64_t>(block, M - m0));
+      for (int64_t m0 = 0; m0 < M; m0 += amx ? M : block) {  // AMX: every row block in one call
+        const int64_t rows = amx ? M : std::min<int64_t>(block, M - m0);
         const Rows a{q.data() + m0 * Kp, Kp, xsum16.data() + m0 * subs, subs, sx.data() + m0 * blocks, blocks};
-        if (vnni) block_avx512(rows, a, rec, supers, part);
-        else block_avx2(rows, a, rec, supers, part);
-        for (int r = 0; r < rows; ++r) {  // the epilogue, the same code whatever the path
+        if (amx) tile_amx(rows, a, rec, supers, part.data());
+        else if (vnni) block_avx512(static_cast<int>(rows), a, rec, supers, part.data());
+        else block_avx2(static_cast<int>(rows), a, rec, supers, part.data());
+        for (int64_t r = 0; r < rows; ++r) {  // the epilogue, the same code whatever the path
           for (int64_t c = 0; c < cols; ++c) {
             float v = part[r * kTile + c];
             if (bias != nullptr) v = v + bias[n0 + c];
@@ -280,6 +374,7 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
         }
       }
     }
+    if (amx) release_tiles();
   });
 }
 
@@ -296,9 +391,9 @@ at::Tensor w4a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const s
               " (padded)");
   TORCH_CHECK(N > (tiles - 1) * kTile && N <= tiles * kTile, "w4a8_linear: N = ", N, " does not match ", tiles, " tiles");
   const float* b = checked_bias(bias, N, "w4a8_linear");
-  path = resolve_path(path, "w4a8_linear", has_avx2(), "AVX2 (with FMA and F16C)");
   const at::Tensor x = x_in.contiguous();
   const int64_t M = K > 0 ? x.numel() / K : 0;
+  path = resolve_path(path, M, kAmxFromRows, "w4a8_linear", has_avx2(), "AVX2 (with FMA and F16C)");
   at::Tensor y = output_for(x, N);
   if (M == 0) return y;
   if (x.scalar_type() == at::kFloat) {
@@ -309,7 +404,7 @@ at::Tensor w4a8_linear(const at::Tensor& x_in, const at::Tensor& packed, const s
   return y;
 }
 
-// Which paths this CPU can run: bit 0 AVX2, bit 1 AVX-512 VNNI.
+// Which paths this CPU can run: bit 0 AVX2, bit 1 AVX-512 VNNI, bit 2 AMX-INT8.
 int64_t w4a8_paths() { return path_bits(has_avx2()); }
 
 }  // namespace
