@@ -10,7 +10,7 @@ import pytest
 from specdec.core.k_policy import predicted_rate
 from specdec.core.recorded_acceptance import recorded
 from specdec.measure import choose
-from specdec.measure.passcost import HeadCost, PassCosts
+from specdec.measure.passcost import DraftCost, PassCosts
 
 DATA = Path(__file__).resolve().parent / "data"
 KINDS = ("amd_avx2", "amd_avx512", "intel_amx")
@@ -19,8 +19,8 @@ KINDS = ("amd_avx2", "amd_avx512", "intel_amx")
 def recorded_tables(kind: str):
     data = json.loads((DATA / f"costs_{kind}.json").read_text(encoding="utf-8"))
     tables = {k: PassCosts(tuple(t["sizes"]), tuple(t["target_s"]), None, 200, 3) for k, t in data["tables"].items()}
-    # Recorded before the head's first draft of a step was timed apart: both at the step recorded.
-    return tables, data["drafts"], {k: HeadCost(s, s) for k, s in data["head_s"].items()}
+    # Recorded before a drafter's first draft of a step was timed apart: both at the figure recorded.
+    return tables, {k: DraftCost(s, s) for k, s in data["drafts"].items()}, {k: DraftCost(s, s) for k, s in data["head_s"].items()}
 
 
 def measured(kind: str) -> choose.Measured:
@@ -40,7 +40,7 @@ def test_the_predicted_fastest_is_chosen_and_none_is_below_plain(kind):
         assert c.tok_s >= plain.tok_s  # K = 0 is always weighed
         if c.drafter != "none":  # the cost policy's own prediction at the recorded acceptance
             costs = tables[c.target_kernel]
-            assert c.tok_s == pytest.approx(predicted_rate(c.k, c.alpha, c.draft_s, costs))
+            assert c.tok_s == pytest.approx(predicted_rate(c.k, c.alpha, c.draft_s, costs, c.first_s))
             assert c.alpha == pytest.approx(recorded(c.drafter).alpha)
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specdec.measure import cost_table
-from specdec.measure.passcost import HeadCost
+from specdec.measure import cost_table, passcost
+from specdec.measure.passcost import DraftCost
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair,
     def time_head_step(source, dtype, device, context, repeats, streamed):
         assert streamed == costs_alone.streamed_bytes  # the first draft is timed after what the target's pass reads
         timed.append(source.digest)
-        return HeadCost(0.002 * len(timed), 0.001 * len(timed))  # 1 ms a further draft the first time, 2 ms the second
+        return DraftCost(0.002 * len(timed), 0.001 * len(timed))  # 1 ms a further draft the first time, 2 ms the second
 
     monkeypatch.setattr(cost_table, "time_head_step", time_head_step)
     head = HeadSource(make=lambda: None, vocab_size=tiny_pair.vocab_size, label="head.safetensors", digest="aaaa")
@@ -145,10 +145,17 @@ def test_the_head_step_is_kept_with_the_table_by_the_head_file_digest(tiny_pair,
     assert cost_table.read_head_steps(path) == {} and cost_table.measure(tiny_pair, head=head).head_first_s == 0.008
 
 
-def test_a_table_carries_the_drafts_catch_ups_and_the_target_alone_has_none(tiny_pair, cache):
+def test_a_table_carries_the_drafts_catch_ups_and_the_target_alone_has_none(tiny_pair, cache, monkeypatch):
+    """A step's first draft pass (its catch-up over 1 to 16 tokens) is timed after the caches were
+    emptied, each further one-token pass without: the table keeps both."""
+    emptied = []
+    real = passcost.CacheEmptier.__call__
+    monkeypatch.setattr(passcost.CacheEmptier, "__call__", lambda self: emptied.append(1) or real(self))
     costs = cost_table.measure(tiny_pair, repeats=1)
     assert len(costs.draft_feed_s) == len(costs.sizes) and all(t > 0 for t in costs.draft_feed_s)
-    assert costs.draft_pass_s(1) == costs.draft_s and costs.draft_pass_s(16) >= costs.draft_s  # read in order, never below one token
+    assert len(emptied) == len(costs.sizes)  # before each first pass, and before no other pass
+    assert costs.draft_pass_s(1) == max(costs.draft_feed_s[0], costs.draft_s)  # the first pass of a step: cold
+    assert costs.draft_pass_s(0) == costs.draft_pass_s(1) and costs.draft_pass_s(16) >= costs.draft_s  # in order, never below one token
     target_only = cost_table.measure(tiny_pair, draft_variant=cost_table.NO_DRAFT, repeats=1)
     assert target_only.draft_s is None and target_only.draft_feed_s is None and target_only.draft_pass_s(4) is None
 
@@ -161,10 +168,11 @@ def test_a_variants_catch_ups_are_timed_once_and_kept_in_its_draft_file(tiny_pai
     monkeypatch.setattr(cost_table, "time_draft_feeds", lambda *a, **k: timed.append(1) or real(*a, **k))
     feeds = cost_table.draft_feeds(tiny_pair, "int8", repeats=1)
     path = cost_table.draft_path(tiny_pair.name, "int8", tiny_pair.dtype_name, tiny_pair.device)
-    assert cost_table.read_draft_feeds(path) == feeds and cost_table.read_draft(path) > 0 and timed == [1]
+    kept = cost_table.read_draft(path)  # the one-token passes: the first of a step (timed as one feed) and a further one
+    assert cost_table.read_draft_feeds(path) == feeds and kept.first_s > 0 and kept.step_s > 0 and timed == [1, 1]
     monkeypatch.setattr(cost_table, "_feeds", {})  # a new process: the file is read, nothing timed
-    assert cost_table.draft_feeds(tiny_pair, "int8") == feeds and timed == [1]
+    assert cost_table.draft_feeds(tiny_pair, "int8") == feeds and timed == [1, 1]
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "draft_feed_s": [-1.0] * len(feeds)}))  # damaged: timed again
     monkeypatch.setattr(cost_table, "_feeds", {})
-    assert cost_table.draft_feeds(tiny_pair, "int8", repeats=1) and timed == [1, 1]
+    assert cost_table.draft_feeds(tiny_pair, "int8", repeats=1) and timed == [1, 1, 1]

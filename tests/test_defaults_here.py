@@ -10,7 +10,7 @@ import pytest
 from specdec.kernels import device_offer
 from specdec.kernels.device_offer import Offered
 from specdec.measure import choose, cost_table
-from specdec.measure.passcost import HeadCost
+from specdec.measure.passcost import DraftCost
 from specdec.serving import defaults_here
 
 KERNELS, VARIANTS = ("dense", "int8"), ("dense", "int4")  # a small offer: fast, and no C++ build in a fresh cache
@@ -73,13 +73,13 @@ def test_the_kept_table_carries_the_choices_figures_even_where_a_table_was_measu
     as_if_dense = replace(measured, chosen=dense_draft)
     path = cost_table.table_path(tiny_pair.name, kernel, "dense", tiny_pair.dtype_name, tiny_pair.device, choose.RUNNER)
     run_table = cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER)
-    cost_table.add_head_step(path, "a-head", HeadCost(0.002, 0.001))
+    cost_table.add_head_step(path, "a-head", DraftCost(0.002, 0.001))
     target = replace(run_table, target_s=tuple(t * 1.25 for t in run_table.target_s), draft_s=None, draft_feed_s=None)
-    defaults_here.keep_chosen_table(tiny_pair, as_if_dense, {kernel: target}, {"dense": dense_draft.draft_s})
+    defaults_here.keep_chosen_table(tiny_pair, as_if_dense, {kernel: target}, {"dense": DraftCost(dense_draft.first_s, dense_draft.draft_s)})
     kept = cost_table.read(path)
-    draft_s, feeds = cost_table.draft_pass_s(tiny_pair, "dense", choose.RUNNER), cost_table.draft_feeds(tiny_pair, "dense", choose.RUNNER)
+    draft_s, feeds = cost_table.draft_cost(tiny_pair, "dense", choose.RUNNER).step_s, cost_table.draft_feeds(tiny_pair, "dense", choose.RUNNER)
     assert (kept.target_s, kept.draft_s, kept.draft_feed_s) == (target.target_s, draft_s, feeds)
-    assert cost_table.read_head_steps(path) == {"a-head": HeadCost(0.002, 0.001)}
+    assert cost_table.read_head_steps(path) == {"a-head": DraftCost(0.002, 0.001)}
     assert cost_table.measure(tiny_pair, kernel=kernel, draft_variant="dense", runner=choose.RUNNER).draft_s == draft_s
 
 

@@ -20,7 +20,7 @@ from specdec.core.config import GenerationConfig
 from specdec.core.events import EOS_ACCEPTED
 from specdec.kernels import head_offer
 from specdec.kernels.head_store import save_head
-from specdec.measure.passcost import HeadCost
+from specdec.measure.passcost import DraftCost
 from specdec.train.recipe import Recipe
 from specdec.train.trainer import new_head
 from specdec.train.unroll import unroll
@@ -348,7 +348,7 @@ def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair, monkeypatch,
     policy = CostK(parts.costs, 7)
     assert policy.draft_s("head") == parts.costs.head_s and policy.draft_s("model") == 0.5
     digest = head_source(tiny_pair, "dense").digest
-    kept = HeadCost(parts.costs.head_first_s, parts.costs.head_s)
+    kept = DraftCost(parts.costs.head_first_s, parts.costs.head_s)
     assert list(cost_table._head_steps.values()) == [kept] and [d for _, d in cost_table._head_steps] == [digest]
 
 
@@ -363,7 +363,7 @@ def test_prepare_measures_the_table_with_the_head_step_and_run_parts_only_looks_
     prepared = prepare(tiny_pair, config)
     assert prepared.costs.head_s > 0 and prepared.head.digest
     (path,) = (tmp_path / "costs").rglob("*.json")
-    kept = {prepared.head.digest: HeadCost(prepared.costs.head_first_s, prepared.costs.head_s)}
+    kept = {prepared.head.digest: DraftCost(prepared.costs.head_first_s, prepared.costs.head_s)}
     assert cost_table.read_head_steps(path) == kept and prepared.costs.head_first_s > 0  # kept with the table
 
     def no_measuring(*args, **kwargs):

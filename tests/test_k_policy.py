@@ -355,3 +355,22 @@ def test_the_heads_first_draft_of_a_step_is_priced_at_its_own_cost():
     sure = CostK(cold, 5, {"model": 0.9, "lookup": 0.9, "head": 0.9}).choose("head")  # one first draft, four further
     assert sure.k == 5 and sure.predicted_tok_s == pytest.approx(
         expected_tokens_per_pass(0.9, 5) / (0.04 + 4 * 0.01 + cold.target_pass_s(6) + overhead))
+
+
+def test_the_draft_models_first_pass_of_a_step_is_priced_cold_even_when_caught_up():
+    """The draft model's first pass of a step finds its weights pushed out of the caches by the
+    target's pass, after a step it drafted too (1 unseen token): priced at the table's first pass
+    over 1 token (timed with the caches emptied), each further pass at draft_s. At an acceptance
+    where drafting pays at the warm pass's price, it does not at the cold one's."""
+    from dataclasses import replace
+
+    warm = replace(FLAT, draft_s=0.04, draft_feed_s=(0.04,) * len(FLAT.sizes))
+    cold = replace(FLAT, draft_s=0.04, draft_feed_s=(0.07,) * len(FLAT.sizes))
+    alpha = 0.3
+    priors = {"model": alpha, "lookup": alpha, "head": alpha}
+    assert CostK(warm, 5, priors).choose("model", unseen=1).k > 0
+    paused = CostK(cold, 5, priors).choose("model", unseen=1)
+    assert paused.k == 0 and paused.why.startswith(f"drafting would cost more than it saves here: c = {0.07 / 0.20:.2f}")
+    sure = CostK(cold, 5, {"model": 0.9, "lookup": 0.9, "head": 0.9}).choose("model", unseen=1)  # one cold pass, four warm
+    assert sure.k > 1 and sure.predicted_tok_s == pytest.approx(
+        expected_tokens_per_pass(0.9, sure.k) / (0.07 + (sure.k - 1) * 0.04 + cold.target_pass_s(sure.k + 1) + OVERHEAD_STEPS * 0.20))

@@ -10,8 +10,9 @@ Three policies, one per `GenerationConfig.k_policy` (config.K_POLICIES):
 
   (Leviathan et al. 2023's expected tokens per pass, specdec.core.theory), with rate(0) = 1 / target_s(1),
   the plain decoding step of the same target. The draft model's first pass of a step feeds every
-  token it has not seen (after plain or lookup steps, all of theirs), so it is priced as that pass,
-  draft_s(n), and the K - 1 after it as one-token passes. draft_s and target_s come from a cost table measured
+  token it has not seen (after plain or lookup steps, all of theirs) and finds its weights pushed
+  out of the caches by the target's pass, so it is priced as that pass, draft_s(n), timed so, and
+  the K - 1 after it as one-token passes with the weights cached. draft_s and target_s come from a cost table measured
   before the run (specdec.measure.cost_table); a drafting step also pays its overhead outside the
   timed passes (step_overhead_s); alpha from the acceptance counted so far (AcceptanceEstimate),
   which starts from the drafter's recorded acceptance (specdec.core.recorded_acceptance), not from
@@ -53,13 +54,13 @@ class Choice:
 class Costs(Protocol):
     """What the cost policy reads of a cost table (specdec.measure.passcost.PassCosts has it)."""
 
-    draft_s: float | None  # seconds of one one-token draft-model pass
+    draft_s: float | None  # seconds of one further one-token draft-model pass (its weights cached by the first)
     head_s: float | None  # seconds of one further draft of the trained head (its weights cached by the draft before)
     head_first_s: float | None  # seconds of the head's first draft of a step, after the target's pass (None: head_s)
 
     def target_pass_s(self, n: float) -> float: ...  # seconds of one target pass over n tokens
 
-    def draft_pass_s(self, n: float) -> float | None: ...  # seconds of a draft-model pass that feeds n tokens
+    def draft_pass_s(self, n: float) -> float | None: ...  # seconds of a step's first draft-model pass, feeding n tokens
 
 
 class FixedK:
@@ -169,14 +170,14 @@ class CostK:
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
-    pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. The draft
-    model costs the table's draft_s per token, the head its own measured drafts: the first of a step
-    at the table's head_first_s (the target's pass has just emptied the caches: 7.2 ms against
-    5.5 ms for a further draft on an Intel Xeon whose last-level cache holds the head), each
-    further one at head_s
-    (specdec.measure.cost_table). Each drafter's estimate starts from `priors` (drafter -> alpha;
-    default: the recorded acceptance of specdec.core.recorded_acceptance). `unseen`: the tokens the
-    draft model's first pass would feed (its catch-up), priced as the table's draft_pass_s(unseen).
+    pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. Each other
+    drafter's first draft of a step finds its weights pushed out of the caches by the target's pass,
+    and is priced so: the draft model's at the table's draft_pass_s(unseen), its first pass over the
+    `unseen` tokens it has not read (its catch-up), each further one at draft_s; the head's at
+    head_first_s (7.2 ms against 5.5 ms for a further draft on an Intel Xeon whose last-level cache
+    holds the head), each further one at head_s (specdec.measure.cost_table). Each drafter's
+    estimate starts from `priors` (drafter -> alpha; default: the recorded acceptance of
+    specdec.core.recorded_acceptance).
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
@@ -203,7 +204,7 @@ class CostK:
         if drafter == "head":  # the first draft of a step reads the head's weights from memory again
             first_s = getattr(self.costs, "head_first_s", None)
         else:
-            first_s = self.costs.draft_pass_s(unseen) if drafter == "model" and unseen > 1 else None
+            first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
         if best.k == 0 and self.plain_run >= self.wait:
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from specdec.core.k_policy import best_choice
 from specdec.core.recorded_acceptance import recorded
 from specdec.kernels.machine_defaults import MachineDefaults
-from specdec.measure.passcost import HeadCost, PassCosts
+from specdec.measure.passcost import DraftCost, PassCosts
 
 FORMAT = "specdec-defaults"
-VERSION = 3  # 3: the head's first draft of a step priced apart; 2: the kernels' tables time the target alone
+VERSION = 4  # 4: the draft model's first pass of a step priced apart; 3: the head's; 2: the kernels' tables time the target alone
 RUNNER = "eager"  # what is measured and started on: compiling pays back only after minutes per process
 K_MAX = 15  # the largest K weighed (a table of passes up to 16 tokens)
 
@@ -42,7 +42,7 @@ class Candidate:
     k: int  # the K the cost policy predicts best (0: drafting does not pay)
     tok_s: float  # predicted tokens/s
     why: str = ""  # K = 0 for a drafter: why drafting does not pay here
-    first_s: float | None = None  # a step's first draft where it costs more than draft_s (the head's, after the target's pass)
+    first_s: float | None = None  # a step's first draft where it costs more than draft_s (after the target's pass emptied the caches)
 
     @property
     def c(self) -> float | None:
@@ -71,18 +71,18 @@ def predict(kernel: str, costs: PassCosts, drafter: str = "none", variant: str =
                      choice.k, choice.predicted_tok_s, choice.why, first_s)
 
 
-def candidates(tables: dict[str, PassCosts], drafts: dict[str, float], heads: dict[str, HeadCost], kind: str | None = None,
+def candidates(tables: dict[str, PassCosts], drafts: dict[str, DraftCost], heads: dict[str, DraftCost], kind: str | None = None,
                head_alpha: float | None = None) -> list[Candidate]:
     """Every candidate: per target kernel (tables: kernel -> its cost table), plain steps, the draft
-    model as each variant (drafts: variant -> one draft pass, s) and the head (heads: kernel -> its
-    drafts' cost), the head at `head_alpha` where given (its file's own held-out figure, as its runs
+    model as each variant (drafts: variant -> its one-token passes' cost) and the head (heads:
+    kernel -> its drafts' cost), the head at `head_alpha` where given (its file's own held-out figure, as its runs
     start from: specdec.kernels.head_offer.validation_prior), else at its recorded acceptance."""
     model = recorded("model", kind).alpha
     head = head_alpha if head_alpha is not None else recorded("head", kind).alpha
     out = []
     for kernel, costs in tables.items():
         out.append(predict(kernel, costs))
-        out += [predict(kernel, costs, "model", variant, seconds, model) for variant, seconds in drafts.items()]
+        out += [predict(kernel, costs, "model", variant, cost.step_s, model, cost.first_s) for variant, cost in drafts.items()]
         if kernel in heads:
             out.append(predict(kernel, costs, "head", "", heads[kernel].step_s, head, heads[kernel].first_s))
     return out

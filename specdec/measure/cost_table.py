@@ -4,9 +4,10 @@ policy (specdec.core.k_policy) chooses K from it. A runner changes what a pass c
 static runner pads a check to its fixed shapes: specdec.core.runners.static_model), so each runner has
 its own table.
 
-The draft step is kept per drafter: the draft model's one-token pass (`draft_s`) and its catch-up
-passes over as many tokens as the target's (`draft_feed_s`: a step's first draft pass feeds every
-token the draft model has not seen), and the trained
+The draft step is kept per drafter: the draft model's one-token pass with its weights cached
+(`draft_s`: each pass of a step after the first) and its first passes of a step over as many tokens
+as the target's (`draft_feed_s`: the first pass feeds every token the draft model has not seen, and
+is timed after the caches were emptied, as the target's pass leaves them), and the trained
 head's drafts (one pair through its layer, then its lm_head rows, timed as a run makes them by
 passcost.time_head_step): `head_first_s`, the first of a step, after the target's pass has emptied
 the caches, and `head_s`, each further one. A head's drafts are timed the first time a run with
@@ -38,11 +39,11 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import (HeadCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds,
+from specdec.measure.passcost import (DraftCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds,
                                       time_head_step)
 
 FORMAT = "specdec-costs"
-VERSION = 2  # 2: the draft model's catch-up passes (draft_feed_s); a table of an older version is measured again
+VERSION = 3  # 3: a step's first draft pass timed with the caches emptied; 2: its catch-ups (draft_feed_s); older: measured again
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3
@@ -50,10 +51,10 @@ HEAD_REPEATS = 9  # a head step takes milliseconds: more rounds for a steadier m
 CPU_FLAGS = (*machine_facts.REPORTED_FLAGS, "amx_int8")  # the flags that change which kernels run (part of a table's key)
 
 _tables: dict[Path, PassCosts] = {}  # measured or read in this process, by file (without a head's step)
-_drafts: dict[Path, float] = {}  # a draft variant's pass alone, by file, measured or read in this process
+_drafts: dict[Path, DraftCost] = {}  # a draft variant's passes alone, by file, measured or read in this process
 _feeds: dict[Path, tuple[float, ...]] = {}  # a draft variant's catch-up passes alone, by file, measured or read in this process
 NO_DRAFT = "none"  # the draft variant of a table of the target's passes alone
-_head_steps: dict[tuple[Path, str], HeadCost] = {}  # (table file, head digest) -> its drafts' cost, timed or read in this process
+_head_steps: dict[tuple[Path, str], DraftCost] = {}  # (table file, head digest) -> its drafts' cost, timed or read in this process
 
 
 def machine(device: torch.device) -> dict:
@@ -108,7 +109,7 @@ def measure(pair, *, kernel: str = "dense", target=None, draft_variant: str = "d
     return with_head(costs, head_cost(pair, path, head, costs.streamed_bytes))
 
 
-def with_head(costs: PassCosts, head: HeadCost) -> PassCosts:
+def with_head(costs: PassCosts, head: DraftCost) -> PassCosts:
     """The table with a head's drafts."""
     return replace(costs, head_s=head.step_s, head_first_s=head.first_s)
 
@@ -153,7 +154,7 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
     return costs
 
 
-def head_cost(pair, path: Path, head, streamed: int | None) -> HeadCost:
+def head_cost(pair, path: Path, head, streamed: int | None) -> DraftCost:
     """The head's drafts (head: a HeadSource) as kept in the table at `path`, by the head file's
     digest: from this process, else from the file, else timed now and added to the file.
     streamed: the bytes the target's decode step reads (the table's streamed_bytes), which the
@@ -175,7 +176,7 @@ def costs_for(pair, config, target=None, progress: bool = False, head=None) -> P
                    draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress, head=head)
 
 
-def head_cost_for(pair, config, head, streamed: int | None) -> HeadCost:
+def head_cost_for(pair, config, head, streamed: int | None) -> DraftCost:
     """The drafts of `head` (a HeadSource) as kept with the cost table of these settings, timed now
     if they are not there (head_cost, after `streamed` bytes); the table itself is not measured for it."""
     path = table_path(pair.name, getattr(config, "target_kernel", "dense"), config.draft_variant, pair.dtype_name, pair.device,
@@ -188,35 +189,40 @@ def draft_path(pair_name: str, draft_variant: str, dtype: str, device: torch.dev
     return cache_root() / "costs" / machine_folder(machine(device)) / f"{pair_slug}.draft.{draft_variant}.{dtype}.{runner}.json"
 
 
-def draft_pass_s(pair, draft_variant: str, runner: str = "eager", refresh: bool = False, repeats: int = REPEATS) -> float:
-    """One draft pass of this variant alone (whatever the target kernel: the draft does not read it),
-    for comparing variants without timing the target again: from this process, else the cache on
-    disk (a file that cannot be trusted is measured again), else measured and written there."""
+def draft_cost(pair, draft_variant: str, runner: str = "eager", refresh: bool = False, repeats: int = REPEATS) -> DraftCost:
+    """This variant's one-token passes alone (whatever the target kernel: the draft does not read it),
+    for comparing variants without timing the target again: the first of a step, timed with the
+    caches emptied, and each further one. From this process, else the cache on disk (a file that
+    cannot be trusted is measured again), else measured and written there."""
     from specdec.kernels.variants import draft_model
 
     path = draft_path(pair.name, draft_variant, pair.dtype_name, pair.device, runner)
     if not refresh and path in _drafts:
         return _drafts[path]
-    seconds = None if refresh else read_draft(path)
-    if seconds is None:
+    cost = None if refresh else read_draft(path)
+    if cost is None:
         context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
-        seconds = time_draft(draft_model(pair, draft_variant), pair.vocab_size, context, repeats, runner=runner)
+        model = draft_model(pair, draft_variant)
+        (first,) = time_draft_feeds(model, pair.vocab_size, context, (1,), repeats, runner=runner)
+        cost = DraftCost(first, time_draft(model, pair.vocab_size, context, repeats, runner=runner))
         _write_json(path, {"format": FORMAT, "version": VERSION, "machine": machine(pair.device),
                            "key": {"pair": pair.name, "draft_variant": draft_variant, "dtype": pair.dtype_name, "runner": runner},
-                           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "draft_s": seconds})
+                           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "draft_s": cost.step_s,
+                           "draft_first_s": cost.first_s})
         _feeds.pop(path, None)
-    _drafts[path] = seconds
-    return seconds
+    _drafts[path] = cost
+    return cost
 
 
 def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = REPEATS) -> tuple[float, ...]:
-    """This variant's catch-up passes over SIZES tokens (a PassCosts' draft_feed_s), alone: from this
-    process, else its draft file, else timed and added to that file. Timed apart from its one-token
-    pass: a start compares every variant by that pass, and times the catch-ups of the one it chose."""
+    """This variant's first passes of a step over SIZES tokens (a PassCosts' draft_feed_s: its
+    catch-ups, with the caches emptied), alone: from this process, else its draft file, else timed
+    and added to that file. Timed apart from its one-token passes: a start compares every variant by
+    those, and times the catch-ups of the one it chose."""
     from specdec.kernels.variants import draft_model
 
     path = draft_path(pair.name, draft_variant, pair.dtype_name, pair.device, runner)
-    seconds = draft_pass_s(pair, draft_variant, runner, repeats=repeats)  # the file the catch-ups are added to
+    cost = draft_cost(pair, draft_variant, runner, repeats=repeats)  # the file the catch-ups are added to
     if path not in _feeds:
         feeds = read_draft_feeds(path)
         if feeds is None:
@@ -226,19 +232,20 @@ def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = 
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):  # gone since this process read it: written again whole
-                data = {"format": FORMAT, "version": VERSION, "machine": machine(pair.device), "draft_s": seconds}
+                data = {"format": FORMAT, "version": VERSION, "machine": machine(pair.device), "draft_s": cost.step_s,
+                        "draft_first_s": cost.first_s}
             _write_json(path, {**data, "sizes": list(SIZES), "draft_feed_s": list(feeds)})
         _feeds[path] = feeds
     return _feeds[path]
 
 
-def read_draft(path: Path) -> float | None:
-    """A cached draft pass, or None when there is none or it cannot be trusted."""
+def read_draft(path: Path) -> DraftCost | None:
+    """A cached draft variant's passes, or None when there are none or they cannot be trusted."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        seconds = data["draft_s"]
-        ok = data.get("format") == FORMAT and data.get("version") == VERSION and _positive(seconds)
-        return float(seconds) if ok else None
+        first, seconds = data["draft_first_s"], data["draft_s"]
+        ok = data.get("format") == FORMAT and data.get("version") == VERSION and _positive(seconds) and _positive(first)
+        return DraftCost(float(first), float(seconds)) if ok else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -276,7 +283,7 @@ def keep(path: Path, costs: PassCosts, key: dict, info: dict) -> None:
     _tables[path] = costs
 
 
-def add_head_step(path: Path, digest: str, cost: HeadCost) -> None:
+def add_head_step(path: Path, digest: str, cost: DraftCost) -> None:
     """Add a head's drafts to the table's file, under the head file's digest (no file: kept in this process only)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -319,13 +326,13 @@ def read(path: Path) -> PassCosts | None:
         return None
 
 
-def read_head_steps(path: Path) -> dict[str, HeadCost]:
+def read_head_steps(path: Path) -> dict[str, DraftCost]:
     """The heads' drafts kept in a table's file, by head digest (entries that cannot be trusted, or
     that lack either figure, left out)."""
     try:
         c = json.loads(path.read_text(encoding="utf-8"))["costs"]
         steps, firsts = c.get("head_s", {}), c.get("head_first_s", {})
-        return {str(d): HeadCost(float(firsts[d]), float(s)) for d, s in steps.items()
+        return {str(d): DraftCost(float(firsts[d]), float(s)) for d, s in steps.items()
                 if _positive(s) and _positive(firsts.get(d))}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}

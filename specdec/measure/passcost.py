@@ -1,6 +1,9 @@
 """What one forward pass costs on the machine at hand: the target over 1, 2, 4, ... 32 tokens, one
-draft pass, the draft's catch-up passes over as many tokens (time_draft_feeds), and the drafts
-of a trained head (time_head_step: the first of a step, and each further one). Speculative
+draft pass, the draft's first pass of a step over as many tokens as it catches up on
+(time_draft_feeds), and the drafts of a trained head (time_head_step: the first of a step, and each
+further one). A drafter's first pass of a step is timed after the caches were emptied
+(specdec.measure.cold), as a run pays it: the target's pass before it has just streamed about a
+gigabyte through them; its further passes find their weights cached. Speculative
 decoding pays where checking K+1 tokens costs about one decode step (memory-bound decoding: the
 weights are read once per pass, however many tokens it scores).
 
@@ -37,13 +40,13 @@ MAX_CONTEXT = 256  # positions prefilled before timing (the prompt, cut to its l
 class PassCosts:
     sizes: tuple[int, ...]  # tokens in one target pass
     target_s: tuple[float, ...]  # median seconds of one target pass over that many tokens
-    draft_s: float | None  # median seconds of one one-token draft-model pass (None: the pair has no draft model)
+    draft_s: float | None  # median seconds of one one-token draft-model pass, weights cached: each after the first of a step (None: no draft model)
     context: int  # positions in the cache while timing
     repeats: int
     head_s: float | None = None  # median seconds of a further draft of the run's trained head, weights cached (None: not timed)
     head_first_s: float | None = None  # median seconds of the head's first draft of a step, after a target pass (None: head_s)
     overhead_s: float | None = None  # seconds a drafting step spends outside its passes (None: not measured; k_policy.OVERHEAD_STEPS then)
-    draft_feed_s: tuple[float, ...] | None = None  # median seconds of a draft-model pass feeding n tokens, n in `sizes` (None: not timed)
+    draft_feed_s: tuple[float, ...] | None = None  # median seconds of a step's first draft-model pass, feeding n tokens (n in `sizes`) after the caches were emptied (None: not timed)
     streamed_bytes: int | None = None  # bytes a decode step of the target reads at least (specdec.measure.stream_rate)
     read_rate: float | None = None  # bytes a second this machine reads from memory (stream_rate.process_read_rate: once per process)
 
@@ -52,15 +55,16 @@ class PassCosts:
         return read_in_order(self.sizes, self.target_s, n)
 
     def draft_pass_s(self, n: float) -> float | None:
-        """Seconds of a draft-model pass that feeds n tokens and drafts after the last: the first pass
-        of a step catches up on every token the draft model has not seen (the target's tokens of the
-        plain and lookup steps since it last drafted). Where the feeds were not timed, the target's
-        own growth with n stands in. None: the pair has no draft model."""
-        if self.draft_s is None or n <= 1:
-            return self.draft_s
+        """Seconds of the draft model's first pass of a step, which feeds n tokens and drafts after the
+        last: it catches up on every token the draft model has not seen (1 after a step it drafted;
+        the target's tokens of the plain and lookup steps since), and finds its weights pushed out of
+        the caches by the target's pass. Never below a further one-token pass. Where the feeds were
+        not timed, the target's own growth with n stands in. None: the pair has no draft model."""
+        if self.draft_s is None:
+            return None
         if self.draft_feed_s is not None:
-            return max(read_in_order(self.sizes, self.draft_feed_s, n), self.draft_s)
-        return self.draft_s * self.target_pass_s(n) / self.target_pass_s(1)
+            return max(read_in_order(self.sizes, self.draft_feed_s, max(n, 1)), self.draft_s)
+        return self.draft_s * self.target_pass_s(max(n, 1)) / self.target_pass_s(1)
 
     @property
     def decode_step_s(self) -> float:
@@ -103,12 +107,14 @@ def _sync(device: torch.device) -> None:
 @dataclass(frozen=True)
 class Lane:
     """One model's passes in a timing: the sizes it is timed over, whether it asks for the last
-    row's logits only (a draft pass), and what each round of its passes runs inside."""
+    row's logits only (a draft pass), what each round of its passes runs inside, and what runs
+    before each pass, untimed (emptying the caches, for a step's first draft pass)."""
 
     model: object  # a runner's model (specdec.core.runners): forward, crop, length, device
     sizes: tuple[int, ...]
     last_only: bool = False
     around: Callable[[], ContextManager] = nullcontext
+    before: Callable[[], None] | None = None
 
 
 def time_rounds(lanes: dict, ids: list[int], repeats: int, tick=None) -> dict[tuple, list[float]]:
@@ -123,6 +129,8 @@ def time_rounds(lanes: dict, ids: list[int], repeats: int, tick=None) -> dict[tu
             feed = feeds.setdefault(model.device, torch.tensor(ids, device=model.device))
             with lane.around():
                 for n in lane.sizes:
+                    if lane.before is not None:
+                        lane.before()
                     _sync(model.device)
                     start = time.perf_counter()
                     model.forward(feed[:n], last_only=lane.last_only)
@@ -134,10 +142,10 @@ def time_rounds(lanes: dict, ids: list[int], repeats: int, tick=None) -> dict[tu
     return runs
 
 
-def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None) -> list[float]:
+def time_passes(model, ids: list[int], sizes, repeats: int, last_only: bool = False, tick=None, before=None) -> list[float]:
     """Median seconds of a pass over n of `ids` after the cached positions, for each n in sizes
-    (ids: at least max(sizes) tokens)."""
-    runs = time_rounds({0: Lane(model, tuple(sizes), last_only)}, ids, repeats, tick)
+    (ids: at least max(sizes) tokens); before(): run ahead of each pass, untimed."""
+    runs = time_rounds({0: Lane(model, tuple(sizes), last_only, before=before)}, ids, repeats, tick)
     return [statistics.median(runs[0, n]) for n in sizes]
 
 
@@ -168,15 +176,16 @@ def _zeros(layer, x: torch.Tensor) -> torch.Tensor:
 
 def passes_to_time(sizes, repeats: int, with_draft: bool) -> int:
     """How many timed passes measure_models makes (the length of its progress bar)."""
-    draft_passes = len(sizes) + (0 if 1 in sizes else 1)  # the catch-ups, and the one-token pass where they lack it
+    draft_passes = len(sizes) + 1  # the first passes of a step over each size, and the further one-token pass
     return repeats * (len(sizes) + (draft_passes if with_draft else 0))
 
 
 def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None,
                    runner: str = "eager") -> PassCosts:
     """Time passes of these target and draft modules (draft may be None) after a cache filled with
-    (the end of) context_ids: the target over each size, the draft over one token, both run by
-    `runner` (a compiled runner's shapes are captured first, outside the timing)."""
+    (the end of) context_ids: the target over each size; the draft's first pass of a step over each
+    size, after as many bytes as the target's pass streams were read, and its further one-token
+    pass; all run by `runner` (a compiled runner's shapes are captured first, outside the timing)."""
     if not context_ids:
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])
@@ -187,15 +196,15 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
     limit = {"streamed_bytes": streamed_bytes(target), "read_rate": process_read_rate(next(target.parameters()).device)}
     if draft is None:
         return PassCosts(tuple(sizes), tuple(target_s), None, len(context), repeats, **limit)
-    feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner)
-    # A catch-up over 1 token is the one-token draft pass: timed once, not again apart.
-    draft_s = feeds[list(sizes).index(1)] if 1 in sizes else time_draft(draft, vocab_size, context, repeats, tick, runner)
+    feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner, limit["streamed_bytes"])
+    draft_s = time_draft(draft, vocab_size, context, repeats, tick, runner)
     return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats, draft_feed_s=tuple(feeds), **limit)
 
 
 def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3, tick=None, runner: str = "eager") -> float:
     """Median seconds of one one-token pass of the draft module after a cache filled with (the end
-    of) context_ids, run by `runner`, asking for the last logits only (as a drafter does)."""
+    of) context_ids, run by `runner`, asking for the last logits only (as a drafter does), one after
+    another: a step's passes after its first, which find the draft's weights in the caches."""
     context = list(context_ids[-MAX_CONTEXT:])
     with prefilled(runner, draft, vocab_size, context, 1, DRAFT_SHAPES[:1]) as draft_lm:
         time_passes(draft_lm, context, (1,), 1, last_only=True)  # a warm-up pass: first calls pay for allocations
@@ -204,28 +213,32 @@ def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3,
 
 
 def time_draft_feeds(draft, vocab_size: int, context_ids: list[int], sizes: tuple[int, ...], repeats: int = 3, tick=None,
-                     runner: str = "eager") -> list[float]:
-    """Median seconds of a draft-model pass feeding n tokens and asking for the last logits (a
-    step's catch-up: specdec.core.proposers.model), for each n in sizes, run by `runner` in the
-    shapes a run claims (a catch-up longer than those runs as the runner runs it then)."""
+                     runner: str = "eager", streamed: int | None = None) -> list[float]:
+    """Median seconds of the draft model's first pass of a step, feeding n tokens and asking for the
+    last logits (its catch-up: specdec.core.proposers.model), for each n in sizes, run by `runner`
+    in the shapes a run claims (a catch-up longer than those runs as the runner runs it then).
+    Each pass is timed after as many bytes as the target's pass streams were read (`streamed`;
+    None: enough to empty the caches), as a run's target pass leaves them."""
     context = list(context_ids[-MAX_CONTEXT:])
     feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]
     with prefilled(runner, draft, vocab_size, context, max(sizes), DRAFT_SHAPES) as draft_lm:
         time_passes(draft_lm, feed, (1,), 1, last_only=True)  # a warm-up pass: first calls pay for allocations
-        return time_passes(draft_lm, feed, sizes, repeats, last_only=True, tick=tick)
+        empty_caches = CacheEmptier(draft_lm.device, streamed)
+        return time_passes(draft_lm, feed, sizes, repeats, last_only=True, tick=tick, before=empty_caches)
 
 
 @dataclass(frozen=True)
-class HeadCost:
-    """What a trained head's drafts cost: the first of a step, which reads the pairs the check kept
-    with the caches emptied by the target's pass, and each further one, its weights still cached."""
+class DraftCost:
+    """What a drafter's drafts cost: the first of a step, with the caches emptied by the target's
+    pass (the trained head's also reads the pairs the check kept), and each further one, its weights
+    still cached."""
 
     first_s: float
     step_s: float
 
 
 def time_head_step(source, dtype: torch.dtype, device: torch.device, context: int, repeats: int,
-                   streamed: int | None = None) -> HeadCost:
+                   streamed: int | None = None) -> DraftCost:
     """Median seconds of a trained head's draft (source: a HeadSource) as a run makes it: one pair
     through its layer over its own cache of `context` positions, then its logits and
     probabilities, the top one read. The first draft of a step is timed after as many bytes as the
@@ -251,7 +264,7 @@ def time_head_step(source, dtype: torch.dtype, device: torch.device, context: in
             if round_ >= 2:  # the first rounds pay for allocations
                 times[cold].append(time.perf_counter() - start)
             run.crop(context - 1)
-    return HeadCost(statistics.median(times[True]), statistics.median(times[False]))
+    return DraftCost(statistics.median(times[True]), statistics.median(times[False]))
 
 
 @contextmanager

@@ -176,7 +176,7 @@ def keep_chosen_table(pair, measured: choose.Measured, tables: dict, drafts: dic
     if variant not in drafts:
         return
     feeds = cost_table.draft_feeds(pair, variant, choose.RUNNER)  # timed for the chosen variant alone (a second or two)
-    chosen = replace(tables[kernel], draft_s=drafts[variant], draft_feed_s=feeds, head_s=None, head_first_s=None)
+    chosen = replace(tables[kernel], draft_s=drafts[variant].step_s, draft_feed_s=feeds, head_s=None, head_first_s=None)
     kept = cost_table.read(path)
     if kept is not None and (kept.target_s, kept.draft_s, kept.draft_feed_s) == (chosen.target_s, chosen.draft_s, chosen.draft_feed_s):
         return
@@ -189,7 +189,7 @@ def _time_one(pair, what: str, name: str, tables: dict, drafts: dict, heads: dic
         tables[name] = cost_table.measure(pair, kernel=name, target=lambda: kernel_target(pair, name),
                                           draft_variant=cost_table.NO_DRAFT, runner=choose.RUNNER, refresh=refresh)
     elif what == "draft":
-        drafts[name] = cost_table.draft_pass_s(pair, name, choose.RUNNER, refresh=refresh)
+        drafts[name] = cost_table.draft_cost(pair, name, choose.RUNNER, refresh=refresh)
     else:
         from specdec.engines.assemble import head_source
 
