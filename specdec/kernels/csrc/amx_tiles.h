@@ -9,7 +9,8 @@
 //
 // Linux hands the tile registers' state (8 KiB a thread) to a process only on request
 // (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16 and later); a kernel or hypervisor that refuses means the
-// VNNI path runs instead.
+// VNNI path runs instead. A compiler without the AMX intrinsics (before GCC 11 and Clang 12) builds the
+// library without the path (SPECDEC_AMX 0: amx_ready() is false); -DSPECDEC_NO_AMX builds it so too.
 
 #pragma once
 
@@ -20,6 +21,15 @@
 
 #include <cstdint>
 #include <cstring>
+
+#if !defined(SPECDEC_NO_AMX) && defined(__has_include)
+#if __has_include(<amxtileintrin.h>) && __has_include(<amxint8intrin.h>)
+#define SPECDEC_AMX 1
+#endif
+#endif
+#ifndef SPECDEC_AMX
+#define SPECDEC_AMX 0
+#endif
 
 namespace {
 
@@ -35,8 +45,8 @@ inline bool cpu_has_amx_int8() {
 
 // Whether this process may run AMX-INT8 tile operations (asked of the OS once).
 inline bool amx_ready() {
-  static const bool ready = cpu_has_amx_int8() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) == 0;
+  static const bool ready = SPECDEC_AMX && cpu_has_amx_int8() && __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512bw") && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) == 0;
   return ready;
 }
 
@@ -62,11 +72,16 @@ constexpr TileConfig tile_config(int columns) {
 // Loads the configuration for tile operations over `columns` (64 or 32) on the calling thread; release with
 // release_tiles() when its products are done. The configurations are constants in memory: built on the
 // stack, GCC 12 dropped their stores as if ldtilecfg read none of them.
+#if SPECDEC_AMX
 __attribute__((target("amx-tile"))) inline void configure_tiles(int columns) {
   static constexpr TileConfig wide = tile_config(64), narrow = tile_config(32);
   _tile_loadconfig(columns == 64 ? &wide : &narrow);
 }
 
 __attribute__((target("amx-tile"))) inline void release_tiles() { _tile_release(); }
+#else
+inline void configure_tiles(int) {}  // never called: amx_ready() is false
+inline void release_tiles() {}
+#endif
 
 }  // namespace

@@ -236,6 +236,7 @@ __attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, c
   }
 }
 
+#if SPECDEC_AMX
 // ---- AMX: one tile (32 channels) by a block of up to 16 rows -------------------------------------
 //
 // Per half super-block: the codes of its 4 sub-blocks are unpacked to bytes in the layout tdpbsud reads
@@ -312,6 +313,16 @@ void tile_amx(int64_t rows, const Rows& a, const uint8_t* rec, int64_t supers, f
   }
 }
 
+#endif  // SPECDEC_AMX
+
+// tile_amx where the library was built with it; a call runs it only then (resolve_path: amx_ready()).
+template <typename... Args>
+inline void amx_block(Args... args) {
+#if SPECDEC_AMX
+  tile_amx(args...);
+#endif
+}
+
 // Dispatch on the number of rows in this block (a compile-time count keeps the sums in registers).
 template <int R = kRowsAvx512>
 void block_avx512(int rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
@@ -362,7 +373,7 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       for (int64_t m0 = 0; m0 < M; m0 += amx ? M : block) {  // AMX: every row block in one call
         const int64_t rows = amx ? M : std::min<int64_t>(block, M - m0);
         const Rows a{q.data() + m0 * Kp, Kp, xsum16.data() + m0 * subs, subs, sx.data() + m0 * blocks, blocks};
-        if (amx) tile_amx(rows, a, rec, supers, part.data());
+        if (amx) amx_block(rows, a, rec, supers, part.data());
         else if (vnni) block_avx512(static_cast<int>(rows), a, rec, supers, part.data());
         else block_avx2(static_cast<int>(rows), a, rec, supers, part.data());
         for (int64_t r = 0; r < rows; ++r) {  // the epilogue, the same code whatever the path
