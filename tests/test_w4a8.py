@@ -86,7 +86,7 @@ def test_the_forced_avx2_path_gives_the_avx512_paths_bits(n, k, monkeypatch):
         assert torch.equal(fast(x), plain(x))
 
 
-@pytest.mark.skipif("amx" not in ON_THIS_CPU, reason="this CPU (or its OS) gives no AMX-INT8: the VNNI and AVX2 paths run here")
+@pytest.mark.skipif("amx" not in ON_THIS_CPU, reason="no AMX-INT8 here (the CPU, its OS or the compiler has none): the VNNI and AVX2 paths run")
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_amx_gives_the_vnni_paths_bits_for_every_row_count(n, k):
     """The AMX path unpacks the codes once per half super-block for all its row tiles of 16: a check of 2,

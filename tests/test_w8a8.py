@@ -99,7 +99,7 @@ def test_avx512_and_avx2_paths_agree_bit_for_bit(n, k):
         assert torch.equal(fast(x), plain(x))
 
 
-@pytest.mark.skipif("amx" not in PATHS, reason="this CPU (or its OS) gives no AMX-INT8: the VNNI and AVX2 paths run here")
+@pytest.mark.skipif("amx" not in PATHS, reason="no AMX-INT8 here (the CPU, its OS or the compiler has none): the VNNI and AVX2 paths run")
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_amx_gives_the_vnni_paths_bits_for_every_row_count(n, k):
     """The AMX path's tiles hold 16 rows: a check of 2, a partial last tile (17, 40 rows) and a prompt of
@@ -113,6 +113,13 @@ def test_amx_gives_the_vnni_paths_bits_for_every_row_count(n, k):
     for rows in (1, 2, 7, 8, 16, 17, 40):
         assert torch.equal(amx(x[:rows]), alone[:rows]), rows
         assert torch.equal(auto(x[:rows]), alone[:rows]), rows
+
+
+@pytest.mark.skipif("amx" in PATHS, reason="AMX-INT8 runs here: asking for it is not refused")
+def test_asking_for_amx_where_there_is_none_is_one_line():
+    module, _, _ = layer(40, 64, path="amx")
+    with pytest.raises(RuntimeError, match="no AMX-INT8 here"):
+        module(activations(16, 64, torch.float32))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

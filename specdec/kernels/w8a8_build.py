@@ -12,7 +12,8 @@ library is written into a temporary folder that is renamed into place when compl
 build never looks complete. A failed build leaves its log in `w8a8-<key>.failed/`, and the kernel is
 then reported unavailable (with the log's path) instead of being compiled again on every start.
 
-The source needs AVX2 and picks its AVX-512 VNNI path at run time, so one build serves every x86 CPU
+The source needs AVX2 and picks its AVX-512 VNNI and AMX-INT8 paths at run time (AMX only where the
+compiler has its intrinsics, GCC 11 or Clang 12 and later), so one build serves every x86 CPU
 (no -march=native). It is compiled with -fopenmp so that torch's `at::parallel_for` (an OpenMP region
 in torch's headers) runs on torch's own thread team: the library links the `libgomp.so.1` that torch
 has already loaded, never a second OpenMP runtime (specdec/serving/torch_thread.py says why teams matter).

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstring>
 
 #if !defined(SPECDEC_NO_AMX) && defined(__has_include)
 #if __has_include(<amxtileintrin.h>) && __has_include(<amxint8intrin.h>)

@@ -30,8 +30,9 @@ inline int64_t resolve_path(int64_t path, int64_t rows, int64_t amx_from, const 
   if (path == kAuto) path = rows >= amx_from && has_avx512_vnni() && amx_ready() ? kAmx : has_avx512_vnni() ? kAvx512 : kAvx2;
   TORCH_CHECK(path == kAvx2 || path == kAvx512 || path == kAmx, op, ": path must be 0 (auto), 1 (avx2), 2 (avx512) or 3 (amx), got ", path);
   TORCH_CHECK(avx2, op, ": this CPU has no ", needs);
-  TORCH_CHECK(path == kAvx2 || has_avx512_vnni(), op, ": this CPU has no AVX-512 VNNI");
-  TORCH_CHECK(path != kAmx || amx_ready(), op, ": this CPU (or its OS) gives no AMX-INT8");
+  TORCH_CHECK(path != kAmx || (amx_ready() && has_avx512_vnni()), op,
+              ": no AMX-INT8 here (the CPU, its OS or the compiler that built the library has none)");
+  TORCH_CHECK(path != kAvx512 || has_avx512_vnni(), op, ": this CPU has no AVX-512 VNNI");
   return path;
 }
 
