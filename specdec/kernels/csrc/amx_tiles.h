@@ -42,10 +42,12 @@ inline bool cpu_has_amx_int8() {
   return (d & (1u << 24)) && (d & (1u << 25));  // AMX-TILE, AMX-INT8
 }
 
-// Whether this process may run AMX-INT8 tile operations (asked of the OS once).
+// Whether this process may run the AMX paths: AMX-INT8 tile operations (asked of the OS once), and the
+// AVX-512 VNNI their epilogues share with the VNNI paths.
 inline bool amx_ready() {
   static const bool ready = SPECDEC_AMX && cpu_has_amx_int8() && __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512bw") && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) == 0;
+                            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") &&
+                            syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) == 0;
   return ready;
 }
 

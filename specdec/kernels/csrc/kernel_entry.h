@@ -27,10 +27,10 @@ inline bool has_avx512_vnni() {
 // VNNI, else AVX2. A path asked for is checked against the CPU. avx2: whether the CPU has what the kernel's
 // AVX2 path needs, named by `needs` in the message.
 inline int64_t resolve_path(int64_t path, int64_t rows, int64_t amx_from, const char* op, bool avx2, const char* needs) {
-  if (path == kAuto) path = rows >= amx_from && has_avx512_vnni() && amx_ready() ? kAmx : has_avx512_vnni() ? kAvx512 : kAvx2;
+  if (path == kAuto) path = rows >= amx_from && amx_ready() ? kAmx : has_avx512_vnni() ? kAvx512 : kAvx2;
   TORCH_CHECK(path == kAvx2 || path == kAvx512 || path == kAmx, op, ": path must be 0 (auto), 1 (avx2), 2 (avx512) or 3 (amx), got ", path);
   TORCH_CHECK(avx2, op, ": this CPU has no ", needs);
-  TORCH_CHECK(path != kAmx || (amx_ready() && has_avx512_vnni()), op,
+  TORCH_CHECK(path != kAmx || amx_ready(), op,
               ": no AMX-INT8 here (the CPU, its OS or the compiler that built the library has none)");
   TORCH_CHECK(path != kAvx512 || has_avx512_vnni(), op, ": this CPU has no AVX-512 VNNI");
   return path;
@@ -40,7 +40,7 @@ inline int64_t resolve_path(int64_t path, int64_t rows, int64_t amx_from, const 
 // before it run too).
 inline int64_t path_bits(bool avx2) {
   const bool vnni = avx2 && has_avx512_vnni();
-  return (avx2 ? 1 : 0) | (vnni ? 2 : 0) | (vnni && amx_ready() ? 4 : 0);
+  return (avx2 ? 1 : 0) | (vnni ? 2 : 0) | (avx2 && amx_ready() ? 4 : 0);
 }
 
 // The bias as the products add it: (N,) float32, or nullptr for none.

@@ -315,14 +315,6 @@ void tile_amx(int64_t rows, const Rows& a, const uint8_t* rec, int64_t supers, f
 
 #endif  // SPECDEC_AMX
 
-// tile_amx where the library was built with it; a call runs it only then (resolve_path: amx_ready()).
-template <typename... Args>
-inline void amx_block(Args... args) {
-#if SPECDEC_AMX
-  tile_amx(args...);
-#endif
-}
-
 // Dispatch on the number of rows in this block (a compile-time count keeps the sums in registers).
 template <int R = kRowsAvx512>
 void block_avx512(int rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
@@ -362,10 +354,12 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       }
     }
   });
-  const int block = amx ? kAmxRows : vnni ? kRowsAvx512 : kRowsAvx2;
+  const int block = vnni ? kRowsAvx512 : kRowsAvx2;  // rows a VNNI or AVX2 call runs at a time (AMX runs them all)
   const int64_t grain = tiles * supers * M >= 256 ? 1 : tiles;  // small layers: one thread, no team wake-up
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> part((amx ? M : block) * kTile);
+    alignas(64) float block_part[kRowsAvx512 * kTile];
+    std::vector<float> amx_part(amx ? M * kTile : 0);  // AMX: every row of the call at once (empty, unallocated, otherwise)
+    float* part = amx ? amx_part.data() : block_part;
     if (amx) configure_tiles(kSub);
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* rec = packed + t * supers * kRecord;
@@ -373,9 +367,12 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       for (int64_t m0 = 0; m0 < M; m0 += amx ? M : block) {  // AMX: every row block in one call
         const int64_t rows = amx ? M : std::min<int64_t>(block, M - m0);
         const Rows a{q.data() + m0 * Kp, Kp, xsum16.data() + m0 * subs, subs, sx.data() + m0 * blocks, blocks};
-        if (amx) amx_block(rows, a, rec, supers, part.data());
-        else if (vnni) block_avx512(static_cast<int>(rows), a, rec, supers, part.data());
-        else block_avx2(static_cast<int>(rows), a, rec, supers, part.data());
+#if SPECDEC_AMX
+        if (amx) tile_amx(rows, a, rec, supers, part);
+        else
+#endif
+        if (vnni) block_avx512(static_cast<int>(rows), a, rec, supers, part);
+        else block_avx2(static_cast<int>(rows), a, rec, supers, part);
         for (int64_t r = 0; r < rows; ++r) {  // the epilogue, the same code whatever the path
           for (int64_t c = 0; c < cols; ++c) {
             float v = part[r * kTile + c];

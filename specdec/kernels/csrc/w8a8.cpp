@@ -218,14 +218,6 @@ void tile_amx(int rows, const int8_t* xq, int64_t ldx, const float* sx, const in
 
 #endif  // SPECDEC_AMX
 
-// tile_amx where the library was built with it; a call runs it only then (resolve_path: amx_ready()).
-template <typename... Args>
-inline void amx_block(Args... args) {
-#if SPECDEC_AMX
-  tile_amx(args...);
-#endif
-}
-
 // ---- the float epilogue (the same code whatever the path) ----------------------------------------
 
 template <typename T>
@@ -265,8 +257,11 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const int8_t* packed
         const int8_t* xq = q.data() + m0 * Kp;
         const float* s = sx.data() + m0 * blocks;
         const int32_t* qs = qsum.data() + m0 * blocks;
-        if (amx) amx_block(rows, xq, Kp, s, qs, blocks, w, groups, part);
-        else if (vnni) block_avx512(rows, xq, Kp, s, qs, blocks, w, groups, part);
+#if SPECDEC_AMX
+        if (amx) tile_amx(rows, xq, Kp, s, qs, blocks, w, groups, part);
+        else
+#endif
+        if (vnni) block_avx512(rows, xq, Kp, s, qs, blocks, w, groups, part);
         else block_avx2(rows, xq, Kp, s, qs, blocks, w, groups, part);
         epilogue(part, rows, n0, cols, sw, bias, y + m0 * N, N);
       }
