@@ -82,6 +82,20 @@ def test_progress_bar_and_costs_for_a_config(tiny_pair, cache, capsys):
     assert list((cache / "costs").rglob("tiny-random.dense.int4.fp32.eager.json")) and costs.draft_s > 0
 
 
+def test_a_run_without_the_draft_model_reads_the_target_only_table(tiny_pair, cache, count_measurements):
+    """Prompt lookup (and the head) never run the draft model: their table times no draft, whatever
+    draft variant the settings name, and a second such run measures nothing."""
+    from specdec.core.config import GenerationConfig
+
+    lookup = GenerationConfig(k_policy="cost", drafter="lookup", draft_variant="int4")
+    costs = cost_table.costs_for(tiny_pair, lookup)
+    assert costs.draft_s is None and costs.draft_feed_s is None and len(count_measurements) == 1
+    assert [p.name for p in (cache / "costs").rglob("*.json")] == ["tiny-random.dense.none.fp32.eager.json"]
+    cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", drafter="lookup", draft_variant="dense"))
+    assert len(count_measurements) == 1
+    assert cost_table.costs_for(tiny_pair, GenerationConfig(k_policy="cost", drafter="auto", draft_variant="int4")).draft_s > 0
+
+
 def test_one_table_per_runner_timed_as_that_runner_runs(tiny_pair, cache, count_measurements, monkeypatch):
     from specdec.core.config import GenerationConfig
     from specdec.core.runners import static_model

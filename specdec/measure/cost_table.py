@@ -169,17 +169,25 @@ def head_cost(pair, path: Path, head, streamed: int | None) -> DraftCost:
     return _head_steps[key]
 
 
+def table_variant(config) -> str:
+    """The draft variant of the table a run reads: its own where the draft model drafts, else NO_DRAFT.
+    A run of the head or of prompt lookup alone never runs the draft model, so timing it (a dense draft
+    takes about as long as the target's passes) would make its first run wait for nothing; and the
+    target-only table is the one the measured defaults keep the head's drafts in."""
+    return config.draft_variant if getattr(config, "uses_draft_model", True) else NO_DRAFT
+
+
 def costs_for(pair, config, target=None, progress: bool = False, head=None) -> PassCosts:
-    """The cost table a run with these settings needs (its target kernel, draft variant and runner;
+    """The cost table a run with these settings needs (its target kernel, table_variant and runner;
     with the step of `head`, the run's HeadSource, when the head drafts)."""
     return measure(pair, kernel=getattr(config, "target_kernel", "dense"), target=target,
-                   draft_variant=config.draft_variant, runner=getattr(config, "runner", "eager"), progress=progress, head=head)
+                   draft_variant=table_variant(config), runner=getattr(config, "runner", "eager"), progress=progress, head=head)
 
 
 def head_cost_for(pair, config, head, streamed: int | None) -> DraftCost:
     """The drafts of `head` (a HeadSource) as kept with the cost table of these settings, timed now
     if they are not there (head_cost, after `streamed` bytes); the table itself is not measured for it."""
-    path = table_path(pair.name, getattr(config, "target_kernel", "dense"), config.draft_variant, pair.dtype_name, pair.device,
+    path = table_path(pair.name, getattr(config, "target_kernel", "dense"), table_variant(config), pair.dtype_name, pair.device,
                       getattr(config, "runner", "eager"))
     return head_cost(pair, path, head, streamed)
 
