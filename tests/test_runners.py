@@ -116,9 +116,11 @@ def test_static_caches_hold_the_eager_caches_after_every_step(tiny_pair, config,
         assert static.target.length == eager.target.length == len(static.seq) - 1
         eager_draft, static_draft = draft_model_of(eager), draft_model_of(static)
         assert static_draft.length == eager_draft.length  # the same proposer feeds both the same tokens
-        shared = eager_draft.length
-        for got, want in [(valid_slots(static.target, static.target.length), valid_slots(eager.target, eager.target.length)),
-                          (valid_slots(static_draft, shared), valid_slots(eager_draft, shared))]:
+        shared = eager_draft.length  # 0 until the draft model first drafts (it reads the prompt then)
+        pairs = [(valid_slots(static.target, static.target.length), valid_slots(eager.target, eager.target.length))]
+        if shared:
+            pairs.append((valid_slots(static_draft, shared), valid_slots(eager_draft, shared)))
+        for got, want in pairs:
             for g, w in zip(got, want, strict=True):
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
         steps += 1
@@ -182,3 +184,19 @@ def test_a_model_spread_over_devices_runs_eager_with_one_line(tiny_pair, caplog)
     assert [r.getMessage() for r in caplog.records] == [
         "specdec: the static runner runs eager for this model: its weights are spread over cpu, meta"]
     assert isinstance(runner_model("static", tiny_pair.draft, tiny_pair.vocab_size), StaticModels)  # one device: as asked
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_the_draft_model_reads_the_prompt_only_when_it_first_drafts(tiny_pair, runner):
+    """Where the cost policy never has the draft model draft (a draft pass costing ten target steps),
+    the run never feeds it the prompt; where it drafts, the first drafting step feeds it first."""
+    pricey = PassCosts(SIZES, tuple(0.01 for _ in SIZES), 0.1, 200, 3)
+    config = GenerationConfig(drafter="model", k_policy="cost", max_new_tokens=6, runner=runner)
+    run = OurSource(tiny_pair, config).run(PROMPT, costs=pricey)
+    events = list(run)
+    assert len(events) == 6 and not any(e.drafted for e in events)  # six plain steps: no probe before eight
+    assert draft_model_of(run).length == 0
+    run = OurSource(tiny_pair, replace(config, max_new_tokens=12)).run(PROMPT, costs=SLOPED)
+    prompt_length = len(run.seq)
+    events = list(run)
+    assert events[0].drafted and draft_model_of(run).length >= prompt_length

@@ -73,6 +73,9 @@ class Decoding:
             who = proposer.name if proposer is not None else ""
             choice = self.policy.choose(who, proposer.unseen(self.seq) if proposer is not None else 1)
             k = min(choice.k, self.config.max_new_tokens - self.total - 1)  # room for the target's own token
+            if proposer is not None and k > 0:
+                with self.clock.held():  # what it left unread (the draft model: the prompt) is prompt processing
+                    proposer.ready(self.runner)
             checked = self.runner.check(self.seq, proposer, k)
             event = self.commit(step, checked, choice, k)
             with self.clock.held():  # the consumer's time with the event is not the run's
@@ -143,7 +146,8 @@ def cut(checked: Checked, eos_ids: frozenset[int], room: int) -> Kept:
 
 class RunClock:
     """The run's own time: from the first step, leaving out the time the consumer held the run
-    between events (drawing a page, waiting for "Step")."""
+    between events (drawing a page, waiting for "Step") and the draft model's reading of the prompt
+    at its first draft (prompt processing, as the target's before the first step)."""
 
     def __init__(self):
         self.began, self.held_s = 0.0, 0.0

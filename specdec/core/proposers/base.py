@@ -49,6 +49,11 @@ class Proposer(Protocol):
         """The target has read the prompt but its last token: take what the run needs (a model,
         claimed from run.claim for up to `positions` positions) and read the prompt too."""
 
+    def ready(self, run: Run) -> None:
+        """It is about to draft: read what it left unread at the start (the draft model: the prompt,
+        read only if it drafts at all). The run's clock leaves this out, as it leaves out the target's
+        reading of the prompt."""
+
     def propose(self, run: Run, seq: list[int], k: int) -> Draft:
         """Up to k >= 1 tokens to follow `seq` (run.tokens holds the same on the device)."""
 

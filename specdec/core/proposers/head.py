@@ -81,6 +81,9 @@ class HeadProposer:
         if prompt_length > 1:  # a one-token prompt gives no feature: the first step drafts nothing
             self.predicted = self.head.extend(run.target.features[: prompt_length - 1], run.tokens[1:prompt_length])
 
+    def ready(self, run) -> None:
+        pass  # it read the prompt's features at the start: the target's prefill made them anyway
+
     def catch_up(self, run) -> None:
         """Extend the head with the pairs kept since it last drafted, in one pass."""
         if self.pending:

@@ -32,6 +32,9 @@ class LookupProposer:
     def start(self, run, prompt_length: int, positions: int) -> None:
         pass
 
+    def ready(self, run) -> None:
+        pass
+
     def propose(self, run, seq: list[int], k: int) -> Draft:
         begin = self.continuation(seq)
         if begin is None:

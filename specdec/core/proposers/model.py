@@ -5,6 +5,13 @@ fed from the device's copy of the sequence: the tokens it has not seen (one norm
 fully accepted draft, the last draft and the bonus token; more after steps prompt lookup drafted),
 then each token it drafts. Nothing goes from Python data to the device.
 
+It reads the prompt just before its first draft (`ready`), not when the run starts: a run whose K
+policy never has it draft (a cost policy that finds drafting does not pay here, or prompt lookup
+drafting every step) then never pays for that pass, about two decode steps of a 56-token prompt on a
+CPU. Like the target's reading of the prompt, it is prompt processing: outside the run's clock, so
+its steps' draft times stay those of drafting. The K policy prices a step's catch-up from the tokens
+after the prompt, as before, so the choices, and the text, are the same either way.
+
 The early stop (GenerationConfig.draft_confidence: stop once the draft's top probability falls
 below it) depends on where the tensors live:
 - on a CPU (FREE_READS) the "device" is host memory: reading the top probability waits for
@@ -35,6 +42,8 @@ class ModelProposer:
     def __init__(self, lender, config, generator: torch.Generator | None):
         self.lender, self.config, self.generator = lender, config, generator  # lender: the draft model as its runner runs it
         self.lm = None  # the RunModel claimed for the run
+        self.prompt_length = 0  # the prompt it reads before its first draft (all but its last token)
+        self.prompt_read = False  # whether it has read the prompt (ready)
         self.drafted_at = -1  # the sequence's length when it last drafted
         self.caught_up = 0  # the sequence's length after the last step it drafted (the prompt's, at the start)
 
@@ -50,11 +59,17 @@ class ModelProposer:
         return len(seq) - self.caught_up + 1
 
     def start(self, run, prompt_length: int, positions: int) -> None:
-        self.lm = run.claim(self.lender, positions, DRAFT_SHAPES)
-        self.lm.prefill(run.tokens[: prompt_length - 1])
-        self.drafted_at, self.caught_up = -1, prompt_length
+        self.lm = run.claim(self.lender, positions, DRAFT_SHAPES)  # the prompt is read at the first draft
+        self.prompt_length, self.drafted_at, self.caught_up = prompt_length, -1, prompt_length
+        self.prompt_read = False
+
+    def ready(self, run) -> None:
+        if not self.prompt_read:  # its first draft of the run: the prompt first, as the target read it
+            self.lm.prefill(run.tokens[: self.prompt_length - 1])  # a model lent again (compiled) starts over at 0
+            self.prompt_read = True
 
     def propose(self, run, seq: list[int], k: int) -> Draft:
+        self.ready(run)  # a no-op where the loop made it ready (outside its clock)
         cfg, lm = self.config, self.lm
         self.drafted_at = len(seq)
         stop_on_host = cfg.draft_confidence > 0 and lm.device.type in FREE_READS
