@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specdec.core.k_policy import (OVERHEAD_STEPS, AcceptanceEstimate, AdaptiveK, Choice, CostK, FixedK, best_choice,
-                                   make_policy, predicted_rate)
+                                   could_pay, make_policy, predicted_rate)
 from specdec.core.config import GenerationConfig
 from specdec.measure.passcost import PassCosts
 from specdec.core.theory import expected_tokens_per_pass
@@ -54,6 +54,22 @@ def test_k_zero_where_drafting_cannot_pay(alpha, draft_s, costs):
     choice = best_choice(alpha, draft_s, costs, 15)
     assert (choice.k, choice.predicted_tok_s, choice.paused, choice.probe) == (0, 1 / 0.20, True, False)
     assert choice.why.startswith(f"drafting would cost more than it saves here: c = {draft_s / 0.20:.2f}, \u03b1 = {alpha:.2f}")
+
+
+def test_no_probe_where_no_recorded_acceptance_could_pay():
+    """A draft pass about as dear as a decode step (c = 0.9): at the draft model's highest recorded
+    acceptance (0.89, on code) drafting still loses, so the run decodes plain throughout, with no probe.
+    A draft that could pay keeps its probes."""
+    dear = table(FLAT.target_s, 0.18)
+    assert not could_pay(0.89, 0.18, dear, 8) and could_pay(1.0, 0.18, dear, 8) and could_pay(0.89, 0.02, FLAT, 8)
+    for costs, probes in ((dear, 0), (FLAT, 3)):
+        policy = CostK(costs, 8, {"model": 0.05})
+        choices = []
+        for _ in range(64):
+            choice = policy.choose("model")
+            policy.update(choice, choice.k, 0)  # nothing ever accepted
+            choices.append(choice)
+        assert sum(c.probe for c in choices) == probes and sum(c.k for c in choices) == probes
 
 
 def test_never_predicted_slower_than_plain():
@@ -249,12 +265,13 @@ def test_each_drafter_starts_from_its_recorded_acceptance_not_a_fixed_prior():
 
 
 def test_the_recorded_acceptance_file_falls_back_when_it_cannot_be_read(tmp_path):
-    from specdec.core.recorded_acceptance import FALLBACK, priors, recorded
+    from specdec.core.recorded_acceptance import FALLBACK, highest, priors, recorded
     from specdec.core.theory import alpha_from_share
 
     broken = tmp_path / "acceptance.json"
     broken.write_text("{")
     assert priors(path=broken) == {"model": FALLBACK, "head": FALLBACK, "lookup": FALLBACK}
+    assert highest("model", path=broken) == FALLBACK and highest("model") == recorded("model", "code").alpha == 0.89
     assert recorded("model", "code").kind == "code" and recorded("model", "no-such-kind").kind == "general"
     assert sum(alpha_from_share(0.38, 3) ** i for i in (1, 2, 3)) / 3 == pytest.approx(0.38)
 

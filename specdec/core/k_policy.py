@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specdec.core.config import K_POLICIES
-from specdec.core.recorded_acceptance import FALLBACK, priors as recorded_priors
+from specdec.core.recorded_acceptance import FALLBACK, highest as recorded_highest, priors as recorded_priors
 from specdec.core.theory import expected_tokens_per_pass
 
 # A drafting step's time outside the timed passes (the acceptance rule, the caches' rollback, the
@@ -146,6 +146,12 @@ def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int, first_s:
     return Choice(k, rates[k], paused=k == 0, why=why)
 
 
+def could_pay(alpha: float, draft_s: float, costs: Costs, k_max: int, first_s: float | None = None) -> bool:
+    """Whether some K in 1..k_max would beat a plain step at these prices and acceptance alpha."""
+    plain = predicted_rate(0, alpha, draft_s, costs)
+    return any(predicted_rate(k, alpha, draft_s, costs, first_s) > plain for k in range(1, k_max + 1))
+
+
 def pause_reason(alpha: float, draft_s: float, costs: Costs, first_s: float | None = None, unseen: int = 1) -> str:
     """Why a step drafts nothing, in the machine's own figures: c, alpha and the check's cost (and
     the catch-up, where the draft model would first read tokens it has not seen)."""
@@ -168,6 +174,12 @@ class CostK:
     PROBE_AFTER, and ever fewer. A fixed schedule of step counts, not a random draw or a timer, keeps
     seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
+    A probe asks whether the text turned easy, so none is made where drafting would not pay at this
+    step's prices even at the drafter's highest recorded acceptance on any kind of text (its
+    `ceiling`, at least its prior: `could_pay`). The int4 draft beside the w4a8 target on an Intel
+    Xeon (c = 0.76 caught up, 1.9 after the 8 plain steps before a probe) does not pay even at the
+    draft model's 0.89 on code, and its probes made a run that otherwise decoded plain 0.77x as fast
+    (having the draft model read the prompt for them).
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. Each other
@@ -187,6 +199,7 @@ class CostK:
         self.costs, self.k_max = costs, k_max
         priors = recorded_priors() if priors is None else priors  # drafter -> the acceptance its estimate starts from
         self.estimates = {d: AcceptanceEstimate(priors.get(d, FALLBACK)) for d in ("model", "lookup", "head")}
+        self.ceilings = {d: max(priors.get(d, FALLBACK), recorded_highest(d)) for d in self.estimates}  # what a probe may find
         self.plain_run = 0  # K = 0 steps in a row
         self.wait = self.PROBE_AFTER  # plain steps before the next probe
 
@@ -206,7 +219,7 @@ class CostK:
         else:
             first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-        if best.k == 0 and self.plain_run >= self.wait:
+        if best.k == 0 and self.plain_run >= self.wait and could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max, first_s):
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
         return best
 

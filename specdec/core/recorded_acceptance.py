@@ -72,3 +72,13 @@ def recorded(drafter: str, kind: str | None = None, path: Path = PATH) -> Record
 def priors(kind: str | None = None, path: Path = PATH) -> dict[str, float]:
     """drafter -> recorded alpha on `kind` of text."""
     return {drafter: recorded(drafter, kind, path).alpha for drafter in DRAFTERS}
+
+
+def highest(drafter: str, path: Path = PATH) -> float:
+    """The drafter's highest recorded acceptance on any kind of text (FALLBACK where none is): how
+    easy the text may turn for it, which the cost policy's probes ask about."""
+    _, drafters, _ = _table(path)
+    kinds = drafters.get(drafter, {}) if isinstance(drafters.get(drafter), dict) else {}
+    alphas = [recorded(drafter, kind, path).alpha for kind in kinds]
+    return max(alphas, default=FALLBACK)
+
