@@ -175,11 +175,11 @@ class CostK:
     seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
     A probe asks whether the text turned easy, so none is made where drafting would not pay at this
-    step's prices even at the drafter's highest recorded acceptance on any kind of text (its
-    `ceiling`, at least its prior: `could_pay`). The int4 draft beside the w4a8 target on an Intel
-    Xeon (c = 0.76 caught up, 1.9 after the 8 plain steps before a probe) does not pay even at the
-    draft model's 0.89 on code, and its probes made a run that otherwise decoded plain 0.77x as fast
-    (having the draft model read the prompt for them).
+    step's prices even at the drafter's highest recorded acceptance on any kind of text (its ceiling
+    in `ceilings`, at least its prior: `could_pay`). The int4 draft beside the w4a8 target on an
+    Intel Xeon (c = 0.76 caught up, 1.9 after the 8 plain steps before a probe) does not pay even at
+    the draft model's 0.89 on code, and its probes made a run that otherwise decoded plain 0.77x as
+    fast (having the draft model read the prompt for them).
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. Each other
@@ -219,7 +219,8 @@ class CostK:
         else:
             first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-        if best.k == 0 and self.plain_run >= self.wait and could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max, first_s):
+        probe_due = best.k == 0 and self.plain_run >= self.wait
+        if probe_due and could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max, first_s):
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
         return best
 

@@ -81,4 +81,3 @@ def highest(drafter: str, path: Path = PATH) -> float:
     kinds = drafters.get(drafter, {}) if isinstance(drafters.get(drafter), dict) else {}
     alphas = [recorded(drafter, kind, path).alpha for kind in kinds]
     return max(alphas, default=FALLBACK)
-
