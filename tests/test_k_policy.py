@@ -70,6 +70,8 @@ def test_no_probe_where_no_recorded_acceptance_could_pay():
             policy.update(choice, choice.k, 0)  # nothing ever accepted
             choices.append(choice)
         assert sum(c.probe for c in choices) == probes and sum(c.k for c in choices) == probes
+        said = [c.why.endswith("not even at \u03b1 = 0.89, its highest recorded, so no probe follows") for c in choices if c.paused]
+        assert all(said) if probes == 0 else not any(said)
 
 
 def test_never_predicted_slower_than_plain():

@@ -27,7 +27,7 @@ Pure: no torch, no timing; the engine asks `choose` before a step and reports wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from specdec.core.config import K_POLICIES
@@ -219,8 +219,12 @@ class CostK:
         else:
             first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
         best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-        probe_due = best.k == 0 and self.plain_run >= self.wait
-        if probe_due and could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max, first_s):
+        if best.k > 0:
+            return best
+        ceiling = self.ceilings[drafter]
+        if not could_pay(ceiling, draft_s, self.costs, self.k_max, first_s):
+            return replace(best, why=f"{best.why}; not even at \u03b1 = {ceiling:.2f}, its highest recorded, so no probe follows")
+        if self.plain_run >= self.wait:
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
         return best
 
