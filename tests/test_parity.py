@@ -85,19 +85,25 @@ def test_tiny_random_acceptance_is_between_02_and_09(tiny_pair, temperature):
 # The cost K policy, with hand-made cost tables (specdec.core.k_policy has the unit tests).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 UNPROFITABLE = PassCosts(SIZES, tuple(0.01 * n for n in SIZES), 0.05, 200, 3)  # a draft pass dearer than 5 decode steps
+# A free check and a draft pass of 0.8 decode steps: drafting pays only above an acceptance of about
+# 0.8, below the draft model's recorded 0.59 and above its highest recorded, 0.89 (on code).
+DEAR = PassCosts(SIZES, (0.01,) * len(SIZES), 0.008, 200, 3)
 PROFITABLE = PassCosts(SIZES, (0.01,) * len(SIZES), 0.0001, 200, 3)  # a free check and a free draft
 
 
-def test_cost_policy_drafts_nothing_where_drafting_cannot_pay_and_probes(tiny_pair, plain):
-    events = list(OurSource(tiny_pair, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48)).run(PROMPT, costs=UNPROFITABLE))
+@pytest.mark.parametrize("costs, probed", [(DEAR, True), (UNPROFITABLE, False)], ids=["could-pay", "never-pays"])
+def test_cost_policy_drafts_nothing_where_drafting_does_not_pay_and_probes_where_it_could(tiny_pair, plain, costs, probed):
+    events = list(OurSource(tiny_pair, GenerationConfig(k=4, k_policy="cost", max_new_tokens=48)).run(PROMPT, costs=costs))
     check_invariants(events)
     assert tokens(events) == plain
     paused = [e for e in events if e.paused]
     assert events[0].paused and all(not e.drafted and e.k == 0 for e in paused)
     assert all(e.predicted_tok_s == pytest.approx(100.0) for e in paused)  # 1 / a one-token pass
-    # after 8 plain steps a K = 1 probe, then 16 plain steps before the next
     probes = [e.step for e in events if not e.paused]
-    assert probes[:2] == [8, 25] and all(events[i].k == 1 for i in probes)
+    if probed:  # after 8 plain steps a K = 1 probe, then 16 plain steps before the next
+        assert probes[:2] == [8, 25] and all(events[i].k == 1 for i in probes)
+    else:  # not even every draft accepted would pay: no probe, and the reason says so
+        assert probes == [] and all(e.paused_why.endswith("so no probe follows") for e in paused)
 
 
 def test_cost_policy_drafts_where_drafting_pays(tiny_pair, plain):
