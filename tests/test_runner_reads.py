@@ -39,16 +39,21 @@ class Counter(TorchFunctionMode):
 
 
 def counted_steps(pair, config) -> list[Counter]:
-    """One Counter per step after the first (the first also feeds the prompt)."""
-    run = iter(OurSource(pair, config).run(PROMPT))
+    """One Counter per step but those that feed the prompt: the first, and the one in which the draft
+    model first drafts (it reads the prompt then: specdec.core.proposers.model)."""
+    decoding = OurSource(pair, config).run(PROMPT)
+    model = next((p for p in decoding.proposers if p.name == "model"), None)
+    run = iter(decoding)
     next(run)
     counters = []
     while True:
+        unread = model is not None and not model.prompt_read
         with Counter() as counter:
             event = next(run, None)
         if event is None:
             return counters
-        counters.append(counter)
+        if not (unread and model.prompt_read):
+            counters.append(counter)
 
 
 def ran_on(model, device: str) -> str:
