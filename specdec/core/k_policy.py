@@ -147,9 +147,9 @@ def best_choice(alpha: float, draft_s: float, costs: Costs, k_max: int, first_s:
 
 
 def could_pay(alpha: float, draft_s: float, costs: Costs, k_max: int, first_s: float | None = None) -> bool:
-    """Whether some K in 1..k_max would beat a plain step at these prices and acceptance alpha."""
-    plain = predicted_rate(0, alpha, draft_s, costs)
-    return any(predicted_rate(k, alpha, draft_s, costs, first_s) > plain for k in range(1, k_max + 1))
+    """Whether some K in 1..k_max would beat a plain step at these prices and acceptance alpha: the
+    best choice there drafts."""
+    return best_choice(alpha, draft_s, costs, k_max, first_s).k > 0
 
 
 def pause_reason(alpha: float, draft_s: float, costs: Costs, first_s: float | None = None, unseen: int = 1) -> str:
