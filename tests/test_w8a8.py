@@ -81,12 +81,14 @@ def test_kernel_is_the_integer_arithmetic_bit_for_bit(path, dtype, n, k):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_a_row_gives_the_same_bits_alone_and_in_a_batch_of_6_or_16(path, n, k):
+    """And in a prompt of 37 rows: the AVX2 path takes 16 rows a sweep of a tile, so that is three sweeps,
+    the last of 5 rows (a block of 4 and one of 1)."""
     module, _, _ = layer(n, k, bias=True, path=path)
-    x = activations(16, k, torch.bfloat16)
-    alone = torch.cat([module(x[i : i + 1]) for i in range(16)])
-    assert torch.equal(module(x[:6]), alone[:6])
-    assert torch.equal(module(x), alone)
-    assert torch.equal(module(x.reshape(2, 8, k)), alone.reshape(2, 8, n))  # (batch, tokens, K) as the model passes it
+    x = activations(37, k, torch.bfloat16)
+    alone = torch.cat([module(x[i : i + 1]) for i in range(37)])
+    for rows in (6, 16, 37):
+        assert torch.equal(module(x[:rows]), alone[:rows]), rows
+    assert torch.equal(module(x[:16].reshape(2, 8, k)), alone[:16].reshape(2, 8, n))  # (batch, tokens, K) as the model passes it
 
 
 @pytest.mark.skipif("avx512" not in PATHS, reason="this CPU has no AVX-512 VNNI: only the AVX2 path runs here")

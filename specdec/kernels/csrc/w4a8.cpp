@@ -64,6 +64,7 @@ constexpr int64_t kDminOffset = kDOffset + 2 * kTile;
 constexpr int64_t kRecord = kDminOffset + 2 * kTile;  // 4736 bytes: 4.625 bits a weight
 constexpr int kRowsAvx512 = 6;  // rows per register block: 12 sums and 12 scaled sums in zmm (a check of 6 at once)
 constexpr int kRowsAvx2 = 4;
+constexpr int kSweepAvx2 = 16;  // rows an AVX2 sweep of a tile takes, in blocks of kRowsAvx2, each record read once from memory
 // Auto runs calls of this many rows or more on AMX: unpacking the codes to bytes and scaling each
 // sub-block's sums cost AMX about what a few rows cost VNNI. One layer of the target's MLP shape (8960 x
 // 1536, in the last-level cache), AMX against VNNI on a 2-core Intel Xeon, medians of 15: 1 row 0.50
@@ -180,58 +181,62 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const Ro
 }
 
 // ---- AVX2: a quarter of a tile (8 channels: bytes 32 * (q % 2) of vector q / 2) by R rows --------
+//
+// One super-block at a time: block_avx2 runs every quarter and every block of rows on a record before the
+// next, so the record comes from memory once and from L1 after. The four quarters of the first row block
+// each ask for a quarter of the stream ahead (`stream`, the quarter's number; -1 for the other row blocks),
+// so the memory is kept busy all along. Sweeping the whole tile once per quarter and row block read it
+// from memory during the first sweep only, and the memory sat idle through the others.
 
+// part[r][c0, c0 + 8) += super-block s's two halves, for R rows (rec: that super-block's record).
 template <int R>
-__attribute__((target("avx2,fma,f16c"))) void quarter_tile_avx2(const Rows& a, const uint8_t* rec, int64_t supers, int quarter,
-                                                               float* part) {
+__attribute__((target("avx2,fma,f16c"))) void quarter_super_avx2(const Rows& a, const uint8_t* rec, int64_t s, int quarter, int stream,
+                                                                float* part) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const int64_t c0 = 8 * quarter;
-  for (int r = 0; r < R; ++r) std::fill(part + r * kTile + c0, part + r * kTile + c0 + 8, 0.0f);
-  for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDOffset + 2 * c0)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDminOffset + 2 * c0)));
-    if (quarter == 0) {
-      for (int64_t line = 0; line < kRecord - kCodes; line += 128) prefetch_ahead(rec + kCodes + line);
-    }
-    for (int64_t h = 0; h < kSubs / kHalfSubs; ++h) {
-      __m256i S[R];  // int32: exact (|S| < 2^24), the same integers the AVX-512 path sums in floats
-      for (int r = 0; r < R; ++r) S[r] = _mm256_setzero_si256();
-      for (int64_t j = h * kHalfSubs; j < (h + 1) * kHalfSubs; ++j) {
-        const int64_t col = s * kSuper + j * kSub;
-        __m256i sum16[R];  // a sub-block's pairs of products in int16: at most 4 * 2 * 2 * 15 * 127 = 30480
-        for (int r = 0; r < R; ++r) sum16[r] = _mm256_setzero_si256();
-        for (int p = 0; p < 4; ++p) {
-          if (quarter == 0) prefetch_ahead(rec + (j * 4 + p) * 2 * 64);  // later quarters read the record from cache
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + (j * 4 + p) * 2 * 64 + 32 * quarter));
-          const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          for (int r = 0; r < R; ++r) {
-            const int8_t* x = a.xq + r * a.ldx + col + 4 * p;
-            const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(four_bytes(x)));
-            const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(four_bytes(x + 16)));
-            sum16[r] = _mm256_add_epi16(sum16[r], _mm256_add_epi16(plo, phi));
-          }
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDOffset + 2 * c0)));
+  const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDminOffset + 2 * c0)));
+  if (stream == 0) {
+    for (int64_t line = 0; line < kRecord - kCodes; line += 128) prefetch_ahead(rec + kCodes + line);  // the tail: sc, m, d, dmin
+  }
+  for (int64_t h = 0; h < kSubs / kHalfSubs; ++h) {
+    __m256i S[R];  // int32: exact (|S| < 2^24), the same integers the AVX-512 path sums in floats
+    for (int r = 0; r < R; ++r) S[r] = _mm256_setzero_si256();
+    for (int64_t j = h * kHalfSubs; j < (h + 1) * kHalfSubs; ++j) {
+      const int64_t col = s * kSuper + j * kSub;
+      __m256i sum16[R];  // a sub-block's pairs of products in int16: at most 4 * 2 * 2 * 15 * 127 = 30480
+      for (int r = 0; r < R; ++r) sum16[r] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        if (p == stream) prefetch_ahead(rec + (j * 4 + p) * 2 * 64);  // weight_stream.h: this quarter's share of the stream
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + (j * 4 + p) * 2 * 64 + 32 * quarter));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.xq + r * a.ldx + col + 4 * p;
+          const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(four_bytes(x)));
+          const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(four_bytes(x + 16)));
+          sum16[r] = _mm256_add_epi16(sum16[r], _mm256_add_epi16(plo, phi));
         }
-        // sc of each channel in both int16 halves of its lane: vpmaddwd scales and adds the lane's two sums
-        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kScOffset + j * kTile + c0)));
-        const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-        for (int r = 0; r < R; ++r) S[r] = _mm256_add_epi32(S[r], _mm256_madd_epi16(sum16[r], sc2));
       }
-      __m256i mpair[kHalfSubs / 2];  // 8 channels' (m[j], m[j + 1]) as int16 pairs, j = 4h, 4h + 2
-      for (int64_t q = 0; q < kHalfSubs / 2; ++q) {
-        const uint8_t* mj = rec + kMinOffset + (h * kHalfSubs + 2 * q) * kTile + c0;
-        const __m128i m0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj));
-        const __m128i m1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj + kTile));
-        mpair[q] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
-      }
-      for (int r = 0; r < R; ++r) {
-        const int16_t* xs = a.xsum16 + r * a.lds + s * kSubs + h * kHalfSubs;
-        __m256i Mi = _mm256_setzero_si256();
-        for (int64_t q = 0; q < kHalfSubs / 2; ++q)
-          Mi = _mm256_add_epi32(Mi, _mm256_madd_epi16(mpair[q], _mm256_set1_epi32(four_bytes(reinterpret_cast<const int8_t*>(xs + 2 * q)))));
-        const __m256 c = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(S[r]), d), _mm256_mul_ps(_mm256_cvtepi32_ps(Mi), dmin));
-        float* out = part + r * kTile + c0;
-        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(c, _mm256_set1_ps(a.sx[r * a.ldb + s * 2 + h]))));
-      }
+      // sc of each channel in both int16 halves of its lane: vpmaddwd scales and adds the lane's two sums
+      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kScOffset + j * kTile + c0)));
+      const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+      for (int r = 0; r < R; ++r) S[r] = _mm256_add_epi32(S[r], _mm256_madd_epi16(sum16[r], sc2));
+    }
+    __m256i mpair[kHalfSubs / 2];  // 8 channels' (m[j], m[j + 1]) as int16 pairs, j = 4h, 4h + 2
+    for (int64_t q = 0; q < kHalfSubs / 2; ++q) {
+      const uint8_t* mj = rec + kMinOffset + (h * kHalfSubs + 2 * q) * kTile + c0;
+      const __m128i m0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj));
+      const __m128i m1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mj + kTile));
+      mpair[q] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
+    }
+    for (int r = 0; r < R; ++r) {
+      const int16_t* xs = a.xsum16 + r * a.lds + s * kSubs + h * kHalfSubs;
+      __m256i Mi = _mm256_setzero_si256();
+      for (int64_t q = 0; q < kHalfSubs / 2; ++q)
+        Mi = _mm256_add_epi32(Mi, _mm256_madd_epi16(mpair[q], _mm256_set1_epi32(four_bytes(reinterpret_cast<const int8_t*>(xs + 2 * q)))));
+      const __m256 c = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(S[r]), d), _mm256_mul_ps(_mm256_cvtepi32_ps(Mi), dmin));
+      float* out = part + r * kTile + c0;
+      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(c, _mm256_set1_ps(a.sx[r * a.ldb + s * 2 + h]))));
     }
   }
 }
@@ -325,11 +330,23 @@ void block_avx512(int rows, const Rows& a, const uint8_t* rec, int64_t supers, f
 }
 
 template <int R = kRowsAvx2>
-void block_avx2(int rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
+void quarter_super_rows(int rows, const Rows& a, const uint8_t* rec, int64_t s, int quarter, int stream, float* part) {
   if constexpr (R > 1) {
-    if (rows < R) return block_avx2<R - 1>(rows, a, rec, supers, part);
+    if (rows < R) return quarter_super_rows<R - 1>(rows, a, rec, s, quarter, stream, part);
   }
-  for (int quarter = 0; quarter < 4; ++quarter) quarter_tile_avx2<R>(a, rec, supers, quarter, part);  // 8 sums in 16 ymm
+  quarter_super_avx2<R>(a, rec, s, quarter, stream, part);  // R rows' 8 sums in 16 ymm
+}
+
+// `rows` rows (at most kSweepAvx2) of one tile; part: rows x 32 floats.
+void block_avx2(int rows, const Rows& a, const uint8_t* rec, int64_t supers, float* part) {
+  std::fill(part, part + rows * kTile, 0.0f);
+  for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
+    for (int r0 = 0; r0 < rows; r0 += kRowsAvx2) {
+      const Rows ar{a.xq + r0 * a.ldx, a.ldx, a.xsum16 + r0 * a.lds, a.lds, a.sx + r0 * a.ldb, a.ldb};
+      for (int quarter = 0; quarter < 4; ++quarter)
+        quarter_super_rows(std::min(kRowsAvx2, rows - r0), ar, rec, s, quarter, r0 == 0 ? quarter : -1, part + r0 * kTile);
+    }
+  }
 }
 
 // ---- the operator --------------------------------------------------------------------------------
@@ -354,10 +371,10 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const uint8_t* packe
       }
     }
   });
-  const int block = vnni ? kRowsAvx512 : kRowsAvx2;  // rows a VNNI or AVX2 call runs at a time (AMX runs them all)
+  const int block = vnni ? kRowsAvx512 : kSweepAvx2;  // rows a VNNI or AVX2 sweep of a tile runs at a time (AMX runs them all)
   const int64_t grain = tiles * supers * M >= 256 ? 1 : tiles;  // small layers: one thread, no team wake-up
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    alignas(64) float block_part[kRowsAvx512 * kTile];
+    alignas(64) float block_part[std::max(kRowsAvx512, kSweepAvx2) * kTile];
     std::vector<float> amx_part(amx ? M * kTile : 0);  // AMX: every row of the call at once (empty, unallocated, otherwise)
     float* part = amx ? amx_part.data() : block_part;
     if (amx) configure_tiles(kSub);

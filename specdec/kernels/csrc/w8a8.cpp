@@ -56,6 +56,7 @@ constexpr int64_t kGroup = 4;  // input columns per group (one int32 lane's wort
 constexpr int64_t kGroupsPerBlock = kBlock / kGroup;
 constexpr int kRowsAvx512 = 8;  // rows per register block: 8 rows x 2 vectors = 16 zmm accumulators
 constexpr int kRowsAvx2 = 4;    // 4 rows x 2 vectors = 8 ymm accumulators (AVX2 has 16 registers)
+constexpr int kSweepAvx2 = 16;  // rows an AVX2 sweep of a tile takes, in blocks of kRowsAvx2, each block of weights read once from memory
 // Auto runs calls of this many rows or more on AMX. One layer of the target's MLP shape (8960 x 1536, its
 // weights in the last-level cache), AMX against VNNI on a 2-core Intel Xeon, medians of 15: 4 rows 0.65
 // against 0.56 ms, 6 rows 0.54 / 0.50, 8 rows 0.53 / 0.58, 16 rows 0.67 / 0.91, 56 rows 1.57 / 2.39.
@@ -106,47 +107,68 @@ void tile_avx512(const int8_t* xq, int64_t ldx, const float* sx, const int32_t* 
   }
 }
 
-// The same for half a tile (16 channels: bytes 0-63 or 64-127 of each group) on AVX2.
+// ---- AVX2: half a tile (16 channels: bytes 0-63 or 64-127 of each group) by R rows -----------------
+//
+// One activation block (32 groups, 4 KiB of the tile) at a time: block_avx2 runs both halves and every
+// block of rows on it before the next, so its bytes come from memory once and from L1 after. The two
+// halves of the first row block each ask for every other group's bytes ahead (`stream`: the half's
+// number; -1 for the other row blocks), so the memory is kept busy all along. Sweeping the whole tile
+// once per half and row block read it from memory during the first sweep only, and the memory sat idle
+// through the others.
+
+// part[r][16 half, 16 half + 16) += float(block b's sums) * sx[r, b], for R rows (w: the tile).
 template <int R>
-__attribute__((target("avx2"))) void half_tile_avx2(const int8_t* xq, int64_t ldx, const float* sx, int64_t ldb, const int8_t* w,
-                                                    int64_t groups, bool first, float* part) {
+__attribute__((target("avx2"))) void half_block_avx2(const int8_t* xq, int64_t ldx, const float* sx, int64_t ldb, const int8_t* w,
+                                                     int64_t groups, int64_t b, int half, int stream, float* part) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int r = 0; r < R; ++r) std::fill(part + r * kTile, part + r * kTile + 16, 0.0f);
   __m256i sum[R][2];
-  for (int64_t g0 = 0, b = 0; g0 < groups; g0 += kGroupsPerBlock, ++b) {
-    for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_si256();
-    const int64_t g1 = std::min(groups, g0 + kGroupsPerBlock);
-    const int8_t* wg = w + g0 * 2 * 64;
-    for (int64_t g = g0; g < g1; ++g, wg += 2 * 64) {
-      if (first) prefetch_ahead(wg);  // the second half reads the tile from cache
-      // the stored bytes XOR 0x80: w itself, channels 0-7 and 8-15 of this half
-      const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg)), flip);
-      const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32)), flip);
-      const __m256i abs0 = _mm256_abs_epi8(w0), abs1 = _mm256_abs_epi8(w1);  // |w| <= 127: an unsigned byte
-      for (int r = 0; r < R; ++r) {
-        int32_t four;
-        std::memcpy(&four, xq + r * ldx + kGroup * g, sizeof four);
-        const __m256i a = _mm256_set1_epi32(four);
-        // |w| * (q * sign(w)) = q * w; pairs summed in int16 (no saturation), then into int32
-        sum[r][0] = _mm256_add_epi32(sum[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(abs0, _mm256_sign_epi8(a, w0)), ones));
-        sum[r][1] = _mm256_add_epi32(sum[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(abs1, _mm256_sign_epi8(a, w1)), ones));
-      }
+  for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_si256();
+  const int64_t g0 = b * kGroupsPerBlock, g1 = std::min(groups, g0 + kGroupsPerBlock);
+  const int8_t* wg = w + g0 * 2 * 64;
+  for (int64_t g = g0; g < g1; ++g, wg += 2 * 64) {
+    if (g % 2 == stream) prefetch_ahead(wg);  // weight_stream.h: this half's share of the stream
+    // the stored bytes XOR 0x80: w itself, channels 0-7 and 8-15 of this half
+    const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 64 * half)), flip);
+    const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 64 * half + 32)), flip);
+    const __m256i abs0 = _mm256_abs_epi8(w0), abs1 = _mm256_abs_epi8(w1);  // |w| <= 127: an unsigned byte
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq + r * ldx + kGroup * g, sizeof four);
+      const __m256i a = _mm256_set1_epi32(four);
+      // |w| * (q * sign(w)) = q * w; pairs summed in int16 (no saturation), then into int32
+      sum[r][0] = _mm256_add_epi32(sum[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(abs0, _mm256_sign_epi8(a, w0)), ones));
+      sum[r][1] = _mm256_add_epi32(sum[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(abs1, _mm256_sign_epi8(a, w1)), ones));
     }
-    for (int r = 0; r < R; ++r) {  // part[r] += float(sum[r]) * sx[r, b]: the same operations as the AVX-512 path
-      const __m256 s = _mm256_set1_ps(sx[r * ldb + b]);
-      for (int h = 0; h < 2; ++h) {
-        float* p = part + r * kTile + 8 * h;
-        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(_mm256_cvtepi32_ps(sum[r][h]), s)));
-      }
+  }
+  for (int r = 0; r < R; ++r) {  // part[r] += float(sum[r]) * sx[r, b]: the same operations as the AVX-512 path
+    const __m256 s = _mm256_set1_ps(sx[r * ldb + b]);
+    for (int v = 0; v < 2; ++v) {
+      float* p = part + r * kTile + 16 * half + 8 * v;
+      _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(_mm256_cvtepi32_ps(sum[r][v]), s)));
     }
   }
 }
 
-template <int R>
-__attribute__((target("avx2"))) void tile_avx2(const int8_t* xq, int64_t ldx, const float* sx, const int32_t*, int64_t ldb,
-                                               const int8_t* w, int64_t groups, float* part) {
-  half_tile_avx2<R>(xq, ldx, sx, ldb, w, groups, true, part);
-  half_tile_avx2<R>(xq, ldx, sx, ldb, w + 64, groups, false, part + 16);
+template <int R = kRowsAvx2>
+void half_block_rows(int rows, const int8_t* xq, int64_t ldx, const float* sx, int64_t ldb, const int8_t* w, int64_t groups, int64_t b,
+                     int half, int stream, float* part) {
+  if constexpr (R > 1) {
+    if (rows < R) return half_block_rows<R - 1>(rows, xq, ldx, sx, ldb, w, groups, b, half, stream, part);
+  }
+  half_block_avx2<R>(xq, ldx, sx, ldb, w, groups, b, half, stream, part);
+}
+
+// `rows` rows (at most kSweepAvx2) of one tile; part: rows x 32 floats.
+void block_avx2(int rows, const int8_t* xq, int64_t ldx, const float* sx, const int32_t*, int64_t ldb, const int8_t* w, int64_t groups,
+                float* part) {
+  std::fill(part, part + rows * kTile, 0.0f);
+  for (int64_t b = 0; b * kGroupsPerBlock < groups; ++b) {
+    for (int r0 = 0; r0 < rows; r0 += kRowsAvx2) {
+      for (int half = 0; half < 2; ++half)
+        half_block_rows(std::min(kRowsAvx2, rows - r0), xq + r0 * ldx, ldx, sx + r0 * ldb, ldb, w, groups, b, half, r0 == 0 ? half : -1,
+                        part + r0 * kTile);
+    }
+  }
 }
 
 // Dispatch on the number of rows in this block (a compile-time count keeps the sums in registers).
@@ -159,14 +181,6 @@ void block_avx512(int rows, const int8_t* xq, int64_t ldx, const float* sx, cons
   tile_avx512<R>(xq, ldx, sx, qsum, ldb, w, groups, part);
 }
 
-template <int R = kRowsAvx2>
-void block_avx2(int rows, const int8_t* xq, int64_t ldx, const float* sx, const int32_t* qsum, int64_t ldb, const int8_t* w,
-                int64_t groups, float* part) {
-  if constexpr (R > 1) {
-    if (rows < R) return block_avx2<R - 1>(rows, xq, ldx, sx, qsum, ldb, w, groups, part);
-  }
-  tile_avx2<R>(xq, ldx, sx, qsum, ldb, w, groups, part);
-}
 
 #if SPECDEC_AMX
 // ---- AMX: one tile (32 channels) by 16 rows of a row block ---------------------------------------
@@ -244,9 +258,10 @@ void run(const T* x, T* y, int64_t M, int64_t K, int64_t N, const int8_t* packed
   at::parallel_for(0, M, M * K >= 65536 ? 1 : M, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) quantize_row(x + m * K, K, Kp, q.data() + m * Kp, sx.data() + m * blocks, qsum.data() + m * blocks);
   });
-  const int block = amx ? kAmxRows : vnni ? kRowsAvx512 : kRowsAvx2;
+  const int block = amx ? kAmxRows : vnni ? kRowsAvx512 : kSweepAvx2;
   const int64_t grain = tiles * groups * M >= 4096 ? 1 : tiles;  // small layers: one thread, no team wake-up
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+    static_assert(kSweepAvx2 <= kAmxRows && kRowsAvx512 <= kAmxRows, "part holds the rows of one sweep");
     alignas(64) float part[kAmxRows * kTile];
     if (amx) configure_tiles(64);
     for (int64_t t = begin; t < end; ++t) {
