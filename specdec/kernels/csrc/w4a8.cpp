@@ -28,7 +28,8 @@
 //
 // Packed layout, (tiles, supers, kRecord) uint8, tiles = ceil(N / 32), supers = Kp / 256: one record per
 // 32 channels and super-block, read as one stream, and each tile read from memory once for all rows of the
-// call (row blocks after the first read it again from cache):
+// call (on AVX-512, row blocks after the first read it again from cache; on AVX2 every pass of a sweep reads
+// each record from L1 right after the first: below):
 //   codes [8 sub-blocks j][4 groups p][32 channels c][4 bytes i]: q[c][32j + 4p + i] | q[c][32j + 16 + 4p + i] << 4
 //         (each (j, p) is two 64-byte vectors: channels 0-15 and 16-31, 4 columns of the low nibbles and 4 of the high)
 //   sc    [8][32] uint8, m [8][32] uint8, d [32] fp16, dmin [32] fp16

@@ -29,7 +29,8 @@
 // One group of a tile is 128 bytes, two 64-byte vectors: each holds the 4 consecutive input columns of
 // 16 output channels, lane c of the vector being channel c. A tile's groups follow each other, so the
 // kernel reads a tile as one stream, and each tile is read from memory once for all rows of the call
-// (row blocks after the first read it again from cache). An activation block is 32 groups.
+// (on AVX-512, row blocks after the first read it again from cache; on AVX2 every pass of a sweep reads each
+// activation block of it from L1 right after the first: below). An activation block is 32 groups.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
