@@ -227,6 +227,26 @@ def test_greedy_speculative_equals_plain_on_w4a8_bit_for_bit(tiny_pair, runner, 
     assert sum(e.accepted for e in spec) > 0 and max(len(e.emitted) for e in spec) > 1  # checks of several rows decided the text
 
 
+@pytest.mark.skipif("avx512" not in ON_THIS_CPU, reason="this CPU has no AVX-512 VNNI: the test above runs the AVX2 path")
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_greedy_speculative_equals_plain_on_w4a8s_avx2_path(tiny_pair, runner):
+    """The same on the AVX2 path, forced in every kernel layer of the built target (its Q4_K layers and its
+    W8A8 head): a check of 6 rows is one sweep of a block of 4 rows and one of 2 there."""
+    target = target_kernels.kernel_target(tiny_pair, "w4a8")
+    layers = [m for m in target.modules() if isinstance(m, (W4A8Linear, W8A8Linear))]
+    before = [m.path for m in layers]
+    try:
+        for m in layers:
+            m.path = PATHS["avx2"]
+        plain = run_checked(tiny_pair, PROMPT, GenerationConfig(drafter="none", max_new_tokens=40, target_kernel="w4a8", runner=runner))
+        spec = run_checked(tiny_pair, PROMPT, GenerationConfig(k=5, max_new_tokens=40, target_kernel="w4a8", runner=runner))
+    finally:
+        for m, path in zip(layers, before):
+            m.path = path
+    assert tokens(spec) == tokens(plain)
+    assert sum(e.accepted for e in spec) > 0 and max(len(e.emitted) for e in spec) > 1
+
+
 def test_rejection_sampling_keeps_the_w4a8_targets_distribution(tiny_pair):
     """The first token emitted after the prompt, drafted by the stock draft and checked by the w4a8
     target, follows the w4a8 target's own next-token distribution (chi-square; tokens expected fewer
