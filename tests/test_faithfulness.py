@@ -1,12 +1,14 @@
 """Faithfulness of a target kernel to the dense target: where its greedy text departs, and its top-1
 agreement under teacher forcing; and the bench's columns built from them."""
 
+import math
+
 import pytest
 import torch
 
 from specdec.core.runners.eager_model import CachedModel
-from specdec.measure.faithfulness import (faithfulness, first_departure, forced_predictions, forced_top2, top1_agreement,
-                                         untied_agreement)
+from specdec.measure.faithfulness import (faithfulness, first_departure, forced_pass, forced_predictions, forced_top2, kl, kl_top,
+                                         listed, top1_agreement, untied_agreement)
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
@@ -34,6 +36,34 @@ def test_agreement_where_the_reference_is_not_tied():
     assert faithfulness([1], [1], [1]).top1_agreement_untied is None  # ties not known: not judged
     with pytest.raises(ValueError):
         untied_agreement([1, 2], [1, 2], [False])
+
+
+def test_kl_is_the_divergence_of_the_whole_distribution_averaged_over_positions():
+    g = torch.Generator().manual_seed(0)
+    p, q = (torch.randn(3, 50, generator=g).log_softmax(-1) for _ in range(2))  # (R, V) log-probabilities
+    by_hand = sum(float((p[t].exp() * (p[t] - q[t])).sum()) for t in range(3)) / 3
+    assert kl(p, q) == pytest.approx(by_hand, rel=1e-6) and kl(p, p) == 0.0 and kl(p, q) > 0
+    assert kl(torch.empty(0, 50), torch.empty(0, 50)) is None
+    with pytest.raises(ValueError, match="shapes"):
+        kl(p, q[:2])
+
+
+def test_kl_top_buckets_the_references_most_likely_tokens_and_is_a_lower_bound():
+    """Four tokens: the reference's top two get a bucket each, the other two share the rest."""
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    q = torch.tensor([[0.4, 0.4, 0.1, 0.1]]).log()
+    by_hand = 0.5 * math.log(0.5 / 0.4) + 0.3 * math.log(0.3 / 0.4) + 0.2 * math.log(0.2 / 0.2)
+    assert kl_top(p, listed(q), n=2) == pytest.approx(by_hand, rel=1e-6)
+    # a token the other side does not list falls in the rest: here the reference's second
+    only_first = [{0: math.log(0.4)}]
+    assert kl_top(p, only_first, n=2) == pytest.approx(0.5 * math.log(0.5 / 0.4) + 0.5 * math.log(0.5 / 0.6), rel=1e-6)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):  # merging outcomes never raises a KL divergence; with every token bucketed it is the whole
+        a, b = (torch.randn(4, 300, generator=g).mul(3).log_softmax(-1) for _ in range(2))
+        assert kl_top(a, listed(b)) <= kl(a, b) + 1e-9
+        assert kl_top(a, listed(b, 300), n=300) == pytest.approx(kl(a, b), rel=1e-4)
+    with pytest.raises(ValueError, match="1 listed positions for 4"):
+        kl_top(a, listed(b)[:1])
 
 
 def test_forced_top2_gives_the_gap_between_the_best_two_logits(tiny_pair):
@@ -90,6 +120,21 @@ def test_bench_judges_every_plain_run_against_dense(tiny_pair):
     by_kernel = report["summary"]["by_kernel"]
     assert by_kernel["q4k"]["faithfulness"]["plain"]["top1_agree_dense"] == q4k["top1_agree_dense"]
     assert "faithful to dense plain: plain [q4k] top-1" in table(report)
+    # KL from dense along dense's output: 0 for dense itself; q4k's, from the two forced passes, and its top-20 bound below it
+    assert dense["kl_dense"] == 0.0 and dense["kl_dense_top"] == 0.0
+    prompt_ids = tiny_pair.encode_prompt(PROMPT, chat=False, max_new_tokens=10)
+    theirs = forced_pass(q4k_model(tiny_pair), prompt_ids, dense_ids).logprobs
+    ours = forced_pass(CachedModel(tiny_pair.target, tiny_pair.vocab_size), prompt_ids, dense_ids).logprobs
+    assert q4k["kl_dense"] == pytest.approx(kl(ours, theirs), rel=1e-6) and q4k["kl_dense"] > 0
+    assert 0 <= q4k["kl_dense_top"] <= q4k["kl_dense"]
+    assert by_kernel["q4k"]["faithfulness"]["plain"]["kl_dense"] == q4k["kl_dense"]
+    assert f"KL from dense {q4k['kl_dense']:.4f} nats (top-20 bound" in table(report)
+
+
+def q4k_model(pair):
+    from specdec.kernels.target_kernels import kernel_target
+
+    return CachedModel(kernel_target(pair, "q4k"), pair.vocab_size)
 
 
 def bench_events(pair, kernel):

@@ -1,16 +1,20 @@
 """llama.cpp's llama-server on the embedded pair, started by the tests (one server at a time):
 the steps recovered from its live stream add up to the server's own totals, greedy text with
 speculation equals its plain text up to a near-tie, the events keep the contract, and a lane pointed at the wrong
-kind of server says so in one line. Skipped, with the reason, only where llama-server cannot be
+kind of server says so in one line, and teacher forcing reads its choices and its most likely tokens'
+log-probabilities. Skipped, with the reason, only where llama-server cannot be
 built (no cmake or C++ compiler) or the embedded pair is not installed."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from tests.support.runs import tokens
 from specdec.engines.base import EngineError
 from specdec.measure.compare import first_difference
+from specdec.measure.faithfulness import LISTED
 from specdec.models.prompt import template_prompt
 from specdec.engines.server import free_port
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
@@ -61,6 +65,7 @@ def llamacpp():
             if lane == PLAIN_LANE:  # teacher forcing along its own greedy output (the bench's faithfulness)
                 own = [t for e in out[lane][0][0] for t in e.emitted][:FORCED]
                 out["forced"] = (own, source.forced_predictions(prompt_ids[0], own))
+                out["tops"] = source.forced_tops(prompt_ids[0], own[:4], LISTED)
                 out["departures"] = _departures(source, prompt_ids, out[SPECULATIVE], out[lane])
             wrong = LlamaCppSource(server.url, tokenizer, speculative=lane != SPECULATIVE)  # the other lane's role
             with pytest.raises(EngineError) as err:
@@ -167,6 +172,18 @@ def test_teacher_forcing_along_its_own_output_predicts_that_output(llamacpp):
     the server's own greedy output its top-1 is that output: what makes top1_agree_dense comparable."""
     own, predicted = llamacpp["forced"]
     assert len(own) == FORCED and predicted == own
+
+
+def test_forced_tops_list_the_servers_most_likely_tokens_with_their_log_probabilities(llamacpp):
+    """What the bench's top-20 KL bound reads from llama.cpp: at each position the token it chose (the
+    forced prediction) and its LISTED most likely tokens, the chosen one the most likely, log-probabilities
+    of one distribution (below 0, summing to at most 1)."""
+    own, predicted = llamacpp["forced"]
+    chosen, tops = llamacpp["tops"]
+    assert chosen == predicted[:4] and len(tops) == 4
+    for token, top in zip(chosen, tops):
+        assert len(top) == LISTED and max(top, key=top.get) == token
+        assert all(lp <= 0 for lp in top.values()) and sum(math.exp(lp) for lp in top.values()) <= 1 + 1e-6
 
 
 def test_a_lane_on_the_wrong_server_says_so(llamacpp):

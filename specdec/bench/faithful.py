@@ -14,7 +14,7 @@ from specdec.bench.policies import mode_config
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.engines.ours import OurSource
 from specdec.measure.compare import departure, first_difference, tie_bound
-from specdec.measure.faithfulness import faithfulness
+from specdec.measure.faithfulness import LISTED, faithfulness, kl, kl_top, listed
 from specdec.kernels.faithfulness_record import REFERENCE_KERNEL
 
 
@@ -29,16 +29,18 @@ def is_plain(mode: str) -> bool:
 
 
 def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kernel: str) -> None:
-    """Fill `departs_dense_at`, `top1_agree_dense` and `top1_agree_dense_untied` of one prompt's plain
-    results (`results`, run on `kernel`); on the reference kernel, keep its plain output as the
-    prompt's reference first, and the positions where it is tied (its own top-2 logits within the
-    tie margin of the pair's dtype), measured in the same teacher-forced pass as its predictions."""
+    """Fill `departs_dense_at`, `top1_agree_dense`, `top1_agree_dense_untied`, `kl_dense` and
+    `kl_dense_top` of one prompt's plain results (`results`, run on `kernel`); on the reference kernel,
+    keep its plain output as the prompt's reference first, its log-probabilities along it, and the
+    positions where it is tied (its own top-2 logits within the tie margin of the pair's dtype), all
+    from the same teacher-forced pass as its predictions."""
     if kernel == REFERENCE_KERNEL:
         reference = plan.references[pid] = runs["plain"][0]["ids"]
-        predicted, margins = forcing_source(plan, "plain", kernel).forced_top2(prompt_ids, reference)
-        plan.forced[pid, "plain", kernel] = predicted
+        forced = forcing_source(plan, "plain", kernel).forced_pass(prompt_ids, reference)
+        plan.forced[pid, "plain", kernel] = (forced.predicted, 0.0, 0.0)  # the reference against itself: KL 0
+        plan.reference_logprobs[pid] = forced.logprobs
         tie = tie_bound(None, plan.pair.dtype_name)  # the reference's rounding: a tie in its dtype, batch-invariant or not
-        plan.ties[pid] = [m <= tie for m in margins]
+        plan.ties[pid] = [m <= tie for m in forced.margins]
     reference = plan.references.get(pid)
     if reference is None:
         return
@@ -47,11 +49,26 @@ def judge(plan, pid: str, prompt_ids: list[int], runs: dict, results: list, kern
             continue
         key = (pid, result.mode, kernel)  # the predictions do not depend on the runner: measured once
         if key not in plan.forced:
-            source = forcing_source(plan, result.mode, kernel)
-            plan.forced[key] = source.forced_predictions(prompt_ids, reference) if source is not None else None
-        figures = faithfulness(runs[result.mode][0]["ids"], reference, plan.forced[key], plan.ties.get(pid))
+            plan.forced[key] = forced_figures(forcing_source(plan, result.mode, kernel), prompt_ids, reference,
+                                              plan.reference_logprobs[pid])
+        predicted, result.kl_dense, result.kl_dense_top = plan.forced[key]
+        figures = faithfulness(runs[result.mode][0]["ids"], reference, predicted, plan.ties.get(pid))
         result.departs_dense_at, result.top1_agree_dense = figures.first_departure, figures.top1_agreement
         result.top1_agree_dense_untied, result.dense_tied = figures.top1_agreement_untied, figures.tied
+
+
+def forced_figures(source, prompt_ids: list[int], reference: list[int], reference_logprobs) -> tuple:
+    """(top-1 predictions, KL from the reference, its top-20 lower bound) of one source along the
+    reference; None for what the source cannot say (specdec.measure.faithfulness)."""
+    if source is None:
+        return None, None, None
+    if hasattr(source, "forced_pass"):  # ours: the whole distribution at every position
+        forced = source.forced_pass(prompt_ids, reference)
+        return forced.predicted, kl(reference_logprobs, forced.logprobs), kl_top(reference_logprobs, listed(forced.logprobs))
+    if hasattr(source, "forced_tops"):  # a server: its most likely tokens' log-probabilities
+        predicted, tops = source.forced_tops(prompt_ids, reference, LISTED)
+        return predicted, None, kl_top(reference_logprobs, tops)
+    return source.forced_predictions(prompt_ids, reference), None, None
 
 
 def describe_difference(result, first: dict, reference: dict, plain: dict, dtype_name: str, device: str = "cpu") -> None:
@@ -84,10 +101,17 @@ def forcing_source(plan, mode: str, kernel: str):
     return served.source if served is not None and served.source.capabilities.forces_tokens else None
 
 
+def mean_of(values) -> float | None:
+    """The mean over prompts of a figure measured on every one of them; None where any is missing."""
+    values = list(values)
+    return None if not values or any(v is None for v in values) else statistics.fmean(values)
+
+
 def summary(results: list) -> dict:
     """mode -> the mean top-1 agreement over prompts (over all positions, and over those where dense is
-    not tied), the tied positions in all, and the departure index per prompt, for the plain modes
-    among `results` (one lane's: a real engine's under the lane it ran beside)."""
+    not tied), the tied positions in all, the departure index per prompt, and the mean KL divergence
+    from dense and its top-20 lower bound (specdec.measure.faithfulness), for the plain modes among
+    `results` (one lane's: a real engine's under the lane it ran beside)."""
     out = {}
     for mode in [m for m in dict.fromkeys(r.mode for r in results) if is_plain(m)]:
         rows = [r for r in results if r.mode == mode and r.top1_agree_dense is not None]
@@ -96,5 +120,6 @@ def summary(results: list) -> dict:
             out[mode] = {"top1_agree_dense": statistics.fmean(r.top1_agree_dense for r in rows),
                          "top1_agree_dense_untied": statistics.fmean(untied) if untied else None,
                          "dense_tied": sum(r.dense_tied or 0 for r in rows),
-                         "departs_dense_at": {r.prompt: r.departs_dense_at for r in rows}}
+                         "departs_dense_at": {r.prompt: r.departs_dense_at for r in rows},
+                         "kl_dense": mean_of(r.kl_dense for r in rows), "kl_dense_top": mean_of(r.kl_dense_top for r in rows)}
     return out

@@ -13,6 +13,7 @@ from specdec.bench.modes import OUR_MODES
 from specdec.bench.policies import split_mode
 from specdec.engines.bench_servers import OWN_PLAIN
 from specdec.measure.compare import tie_bound
+from specdec.measure.faithfulness import KL_TOP
 from specdec.measure.metrics import measured_speedup, summarize, summarize_runs
 from specdec.measure.positions import position_acceptance
 from specdec.models.machine import REPORTED_FLAGS
@@ -282,8 +283,8 @@ def exactness_lines(s: dict) -> list[str]:
 
 def faithfulness_lines(s: dict) -> list[str]:
     """Each plain run against dense plain decoding: mean top-1 agreement under teacher forcing (over all
-    positions, and over those where dense's own top-2 logits are not tied), and where the greedy text
-    first departs, per prompt (- where it never does)."""
+    positions, and over those where dense's own top-2 logits are not tied), the mean KL divergence from
+    dense along the same text, and where the greedy text first departs, per prompt (- where it never does)."""
     lanes = s.get("by_lane") or s.get("by_kernel") or {None: s}
     lines = []
     for lane, ls in lanes.items():
@@ -293,8 +294,17 @@ def faithfulness_lines(s: dict) -> list[str]:
             untied = f.get("top1_agree_dense_untied")
             where_untied = "" if untied is None else (f", {untied:.3f} where dense is not tied "
                                                       f"({f['dense_tied']} tied positions on {len(f['departs_dense_at'])} prompts)")
-            lines.append(f"faithful to dense plain: {label} top-1 {f['top1_agree_dense']:.3f}{where_untied}, departs at {where}")
+            lines.append(f"faithful to dense plain: {label} top-1 {f['top1_agree_dense']:.3f}{where_untied}{kl_words(f)}, departs at {where}")
     return lines
+
+
+def kl_words(f: dict) -> str:
+    """', KL from dense 0.0012 nats (top-20 bound 0.0010)', or for a server that lists only its most
+    likely tokens ', KL from dense >= 0.0010 nats (top-20 bound)'; empty where neither was measured."""
+    whole, bound = f.get("kl_dense"), f.get("kl_dense_top")
+    if whole is not None:
+        return f", KL from dense {whole:.4f} nats" + ("" if bound is None else f" (top-{KL_TOP} bound {bound:.4f})")
+    return "" if bound is None else f", KL from dense >= {bound:.4f} nats (top-{KL_TOP} bound)"
 
 
 def departure_label(d: dict) -> str:

@@ -62,6 +62,8 @@ class Result:
     top1_agree_dense: float | None = None  # plain modes: top-1 agreement with dense plain's output under teacher forcing
     top1_agree_dense_untied: float | None = None  # the same where dense's own top-2 logits are not tied (specdec.measure.faithfulness)
     dense_tied: int | None = None  # positions of dense plain's output where its own top-2 logits are tied
+    kl_dense: float | None = None  # plain modes: KL(dense || this) in nats along dense plain's output, mean over positions (ours only)
+    kl_dense_top: float | None = None  # the same over dense's top-20 tokens and the rest: a lower bound (ours and llama.cpp)
     acceptance_by_position: list[float | None] | None = None  # accepted / tested at draft positions 1..K, all drafters (None: nothing drafted, or no steps known)
     tested_by_position: list[int] | None = None  # how many steps judged each position (specdec.measure.positions)
 
@@ -168,7 +170,7 @@ def bench(
     results, summaries = [], {}
     with servers_beside(pair, modes, k) as servers:
         plan = Plan(pair, prompts, encoded, variant_of, servers, blocks, k, max_new_tokens, repeats, schedule, k_policy,
-                    warmup_tokens, log, references={}, forced={}, ties={})
+                    warmup_tokens, log, references={}, forced={}, ties={}, reference_logprobs={})
         for kernel in kernels:
             release(pair, keep=kernel)  # the previous kernel's model goes before this one is built
             modes_of = {runner: [m for m in modes if (kernel, runner) == lanes[0] or split_mode(m)[0] in OUR_MODES
@@ -208,8 +210,9 @@ class Plan:
     warmup_tokens: int
     log: Callable[[str], None]
     references: dict  # prompt id -> the dense kernel's plain output, what every plain run is judged against (bench.faithful)
-    forced: dict  # (prompt id, mode, kernel) -> its top-1 predictions along the reference, measured once for all runners
+    forced: dict  # (prompt id, mode, kernel) -> (its top-1 predictions along the reference, KL, top-20 bound), measured once for all runners
     ties: dict  # prompt id -> per position of the reference: whether dense's own top-2 logits are tied there
+    reference_logprobs: dict  # prompt id -> (R, V) dense's log-probabilities along its own output
 
     def run(self, mode: str, prompt_ids: list[int], tokens: int, kernel: str, runner: str) -> dict:
         return run_mode(self.pair, prompt_ids, mode, self.k, tokens, self.schedule, self.variant_of.get(mode, DENSE),

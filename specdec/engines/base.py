@@ -53,7 +53,10 @@ class StepSource(Protocol):
 
     # A source whose capabilities say forces_tokens also has
     #   forced_predictions(prompt_ids, reference) -> list[int]
-    # its top-1 next token after the prompt and each prefix of `reference` (specdec.measure.faithfulness).
+    # its top-1 next token after the prompt and each prefix of `reference` (specdec.measure.faithfulness),
+    # and one of: forced_pass(prompt_ids, reference) -> ForcedPass (ours: the whole distribution at each
+    # position) or forced_tops(prompt_ids, reference, n) -> (top-1s, [{token: log-probability}] of its n
+    # most likely tokens at each position) (a server).
 
 
 class StepAssembler:

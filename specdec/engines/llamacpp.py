@@ -245,6 +245,21 @@ class LlamaCppSource:
         path as its own decoding."""
         return [self.continuation(list(prompt_ids) + list(reference[:i]), 1)[0] for i in range(len(reference))]
 
+    def forced_tops(self, prompt_ids: list[int], reference: list[int], n: int) -> tuple[list[int], list[dict[int, float]]]:
+        """forced_predictions, and at each position the server's n most likely tokens with their
+        log-probabilities (token -> nats; its `n_probs`, from the softmax of its logits): one request each."""
+        predicted, listed = [], []
+        for i in range(len(reference)):
+            answer = self._greedy(list(prompt_ids) + list(reference[:i]), 1, n_probs=n, return_tokens=True)
+            try:
+                top = {int(t["id"]): float(t["logprob"]) for t in answer["completion_probabilities"][0]["top_logprobs"]}
+                predicted.append(int(answer["tokens"][0]))  # the token it chose, as forced_predictions reads it
+            except (KeyError, IndexError, TypeError, ValueError):
+                raise EngineError(f"{self.engine} at {self.base_url} listed no log-probabilities or token "
+                                  f"(got {answer.get('completion_probabilities')!r:.80})") from None
+            listed.append(top)
+        return predicted, listed
+
     def top2(self, prompt_ids: list[int]) -> tuple[list[int], float]:
         """The server's two most likely next tokens after `prompt_ids` and the gap between their
         log-probabilities (nats, which is also the gap between their logits), in one request."""

@@ -20,7 +20,7 @@ from specdec.core.events import StepEvent
 from specdec.core.variant_names import DENSE
 from specdec.engines.assemble import build_decoding, run_parts
 from specdec.engines.base import SPECDEC, Capabilities
-from specdec.measure.faithfulness import forced_top2
+from specdec.measure.faithfulness import ForcedPass, forced_pass
 from specdec.measure.passcost import PassCosts, time_decode_step
 from specdec.measure.side_by_side import RunResult
 from specdec.models.prompt import template_prompt
@@ -90,9 +90,14 @@ class OurSource:
 
     def forced_top2(self, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
         """forced_predictions, and the gap between the target's best two logits at each position."""
+        p = self.forced_pass(prompt_ids, reference)
+        return p.predicted, p.margins
+
+    def forced_pass(self, prompt_ids: list[int], reference: list[int]) -> ForcedPass:
+        """forced_top2, and the target's log-probabilities over the vocabulary at each position."""
         parts = run_parts(self.pair, replace(plain_config(self.config), runner="eager"))
         target = parts.target.claim(self, len(prompt_ids) + len(reference), ())
-        return forced_top2(target, prompt_ids, reference)
+        return forced_pass(target, prompt_ids, reference)
 
 
 def plain_config(config: GenerationConfig) -> GenerationConfig:

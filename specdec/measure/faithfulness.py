@@ -15,15 +15,28 @@ Two figures, both against plain greedy decoding of the dense target (the `dense`
   tokens are equal at its own precision, which one it printed is rounding, and any model computed
   another way may pick the other: a flip there says nothing about the kernel.
 
-Our kernels are read in one pass over the prompt and the reference output (`forced_predictions`);
-a real engine's server is asked one position at a time (specdec.engines.llamacpp.forced_predictions).
+- `kl`: the KL divergence KL(dense || kernel) of the kernel's next-token distribution from the
+  reference's, in nats, summed over the vocabulary and averaged over the positions of the reference's
+  output (teacher-forced, as above). Top-1 agreement only says whether the best token moved; this
+  says how far the whole distribution did, which is what sampling at a temperature draws from.
+- `kl_top`: the same divergence with the vocabulary cut into the reference's KL_TOP most likely
+  tokens, one bucket each, and one bucket for all the rest. Merging outcomes never increases a KL
+  divergence, so this is a lower bound of `kl`. It is what can be had from a server that lists only
+  its most likely tokens' log-probabilities (llama.cpp's `n_probs`): our kernels report both, so the
+  bound's distance from the whole figure is measured beside it.
+
+Our kernels are read in one pass over the prompt and the reference output (`forced_pass`); a real
+engine's server is asked one position at a time (specdec.engines.llamacpp.forced_predictions and
+forced_tops).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from specdec.core.runners.eager_model import CachedModel
 
@@ -63,22 +76,76 @@ def untied_agreement(predicted: list[int], reference: list[int], tied: list[bool
     return top1_agreement([p for p, _ in kept], [r for _, r in kept])
 
 
+KL_TOP = 20  # the reference's most likely tokens that get a bucket each in `kl_top`
+LISTED = 2 * KL_TOP  # log-probabilities asked of each position (a server's n_probs): the reference's top 20 are nearly always among them
+
+
+@dataclass(frozen=True)
+class ForcedPass:
+    """A model's next-token choices along a reference text, each after the prompt and the reference's prefix."""
+
+    predicted: list[int]  # top-1 at each position
+    margins: list[float]  # the gap between its best two logits there
+    logprobs: torch.Tensor  # (R, V) float32: its log-softmax over the vocabulary at each position
+
+
 @torch.inference_mode()
-def forced_top2(model: CachedModel, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
-    """The top-1 next token after the prompt and each prefix of `reference`, and the gap between its
-    best two logits there, from one pass of `model` (a fresh CachedModel: its cache is filled and left
-    as it is) over prompt + reference[:-1]."""
+def forced_pass(model: CachedModel, prompt_ids: list[int], reference: list[int]) -> ForcedPass:
+    """One pass of `model` (a fresh CachedModel: its cache is filled and left as it is) over prompt +
+    reference[:-1], read at the positions that predict each token of `reference`."""
     if not reference:
-        return [], []
+        return ForcedPass([], [], torch.empty(0, 0))
     ids = torch.tensor(list(prompt_ids) + list(reference[:-1]), device=model.device)  # (P + R - 1,)
     logits = model.forward(ids, last_only=False)[len(prompt_ids) - 1 :].float()  # (R, V)
     top = logits.topk(2, dim=-1)  # values, indices: (R, 2)
-    return top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()
+    return ForcedPass(top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist(), logits.log_softmax(-1).cpu())
+
+
+def forced_top2(model: CachedModel, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
+    """The top-1 next token after the prompt and each prefix of `reference`, and the gap between its
+    best two logits there (forced_pass's first two fields)."""
+    p = forced_pass(model, prompt_ids, reference)
+    return p.predicted, p.margins
 
 
 def forced_predictions(model: CachedModel, prompt_ids: list[int], reference: list[int]) -> list[int]:
     """The top-1 next token after the prompt and each prefix of `reference` (forced_top2's first half)."""
     return forced_top2(model, prompt_ids, reference)[0]
+
+
+def kl(reference: torch.Tensor, other: torch.Tensor) -> float | None:
+    """KL(reference || other) in nats, from log-probabilities (R, V) each, averaged over the R positions;
+    None with no positions."""
+    if reference.shape[0] == 0:
+        return None
+    if reference.shape != other.shape:
+        raise ValueError(f"log-probabilities of shapes {tuple(reference.shape)} and {tuple(other.shape)}")
+    per_position = F.kl_div(other.double(), reference.double(), log_target=True, reduction="none").sum(-1)  # (R,)
+    return float(per_position.mean())
+
+
+def listed(logprobs: torch.Tensor, n: int = LISTED) -> list[dict[int, float]]:
+    """Each position's n most likely tokens and their log-probabilities, as a server lists them."""
+    top = logprobs.topk(min(n, logprobs.shape[-1]), dim=-1)
+    return [dict(zip(i.tolist(), v.tolist())) for i, v in zip(top.indices, top.values)]
+
+
+def kl_top(reference: torch.Tensor, other: list[dict[int, float]], n: int = KL_TOP) -> float | None:
+    """A lower bound of KL(reference || other), averaged over positions: at each, the reference's n most
+    likely tokens that `other` lists (token -> log-probability) are a bucket each, and every other
+    token of the vocabulary falls in one more bucket, whose probability is what the listed ones leave."""
+    if reference.shape[0] == 0:
+        return None
+    if len(other) != reference.shape[0]:
+        raise ValueError(f"{len(other)} listed positions for {reference.shape[0]} reference positions")
+    total = 0.0
+    for row, theirs in zip(reference, other):
+        ids = [i for i in row.topk(min(n, row.shape[0])).indices.tolist() if i in theirs]
+        p = [math.exp(float(row[i])) for i in ids]
+        q = [math.exp(theirs[i]) for i in ids]
+        p_rest, q_rest = max(0.0, 1.0 - sum(p)), max(1e-300, 1.0 - sum(q))  # the rest of the vocabulary; q's is never 0
+        total += sum(a * math.log(a / b) for a, b in zip(p, q) if a > 0) + (p_rest * math.log(p_rest / q_rest) if p_rest > 0 else 0.0)
+    return total / reference.shape[0]
 
 
 def faithfulness(ids: list[int], reference: list[int], predicted: list[int] | None,
