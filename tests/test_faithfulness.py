@@ -128,7 +128,7 @@ def test_bench_judges_every_plain_run_against_dense(tiny_pair):
     assert q4k["kl_dense"] == pytest.approx(kl(ours, theirs), rel=1e-6) and q4k["kl_dense"] > 0
     assert 0 <= q4k["kl_dense_top"] <= q4k["kl_dense"]
     assert by_kernel["q4k"]["faithfulness"]["plain"]["kl_dense"] == q4k["kl_dense"]
-    assert f"KL from dense {q4k['kl_dense']:.4f} nats (top-20 bound" in table(report)
+    assert f"KL from dense {q4k['kl_dense']:.5f} nats (top-20 bound" in table(report)
 
 
 def q4k_model(pair):
@@ -147,12 +147,18 @@ def bench_events(pair, kernel):
 def test_the_page_says_how_faithful_a_kernel_was_measured_to_be(monkeypatch):
     from specdec.kernels import faithfulness_record as record
 
-    monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64, 1.0, 6),
-                                             ("pair", "llamacpp_plain"): record.Measured(0.97, 3, 6, 64)})
+    monkeypatch.setattr(record, "MEASURED", {("pair", "w8a8"): record.Measured(0.984, 2, 6, 64, 1.0, 6, kl=0.00071, kl_top=0.0007),
+                                             ("pair", "llamacpp_plain"): record.Measured(0.97, 3, 6, 64, kl_top=0.00052),
+                                             ("pair", "int8"): record.Measured(0.99, 0, 6, 64)})
     assert record.faithfulness_note("pair", "dense") == "the dense target itself"
     assert record.faithfulness_note("pair", "w8a8") == ("top-1 agreement with dense 0.984 (1.000 where dense itself is not "
                                                         "tied), its greedy text left dense's on 2 of 6 prompts within 64 tokens")
     assert record.faithfulness_note("other", "w8a8") == "faithfulness to the dense target not measured for this pair"
     line = record.faithfulness_line("pair", ("dense", "w8a8", "q4k", "llamacpp_plain"))
     assert "w8a8 0.984 (1.000), llamacpp_plain 0.970 (docs" in line and "q4k" not in line and "not tied" in line
+    # KL: the whole figure where it was measured, a server's lower bound said to be one, nothing for a kernel without either
+    assert "in nats" in line and "w8a8 0.00071, llamacpp_plain at least 0.00052;" in line and "a lower bound" in line
+    both = record.faithfulness_line("pair", ("int8", "w8a8"))
+    assert "int8 0.990, w8a8 0.984" in both and "next-token distribution moved, not only its best token): w8a8 0.00071;" in both
+    assert "KL" not in record.faithfulness_line("pair", ("int8",))
     assert record.faithfulness_line("other", ("w8a8",)) == ""

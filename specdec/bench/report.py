@@ -299,12 +299,12 @@ def faithfulness_lines(s: dict) -> list[str]:
 
 
 def kl_words(f: dict) -> str:
-    """', KL from dense 0.0012 nats (top-20 bound 0.0010)', or for a server that lists only its most
-    likely tokens ', KL from dense >= 0.0010 nats (top-20 bound)'; empty where neither was measured."""
+    """', KL from dense 0.00120 nats (top-20 bound 0.00100)', or for a server that lists only its most
+    likely tokens ', KL from dense >= 0.00100 nats (top-20 bound)'; empty where neither was measured."""
     whole, bound = f.get("kl_dense"), f.get("kl_dense_top")
     if whole is not None:
-        return f", KL from dense {whole:.4f} nats" + ("" if bound is None else f" (top-{KL_TOP} bound {bound:.4f})")
-    return "" if bound is None else f", KL from dense >= {bound:.4f} nats (top-{KL_TOP} bound)"
+        return f", KL from dense {whole:.5f} nats" + ("" if bound is None else f" (top-{KL_TOP} bound {bound:.5f})")
+    return "" if bound is None else f", KL from dense >= {bound:.5f} nats (top-{KL_TOP} bound)"
 
 
 def departure_label(d: dict) -> str:

@@ -86,7 +86,7 @@ class ForcedPass:
 
     predicted: list[int]  # top-1 at each position
     margins: list[float]  # the gap between its best two logits there
-    logprobs: torch.Tensor  # (R, V) float32: its log-softmax over the vocabulary at each position
+    logprobs: torch.Tensor  # (R, V) float64: its log-softmax over the vocabulary at each position
 
 
 @torch.inference_mode()
@@ -98,7 +98,10 @@ def forced_pass(model: CachedModel, prompt_ids: list[int], reference: list[int])
     ids = torch.tensor(list(prompt_ids) + list(reference[:-1]), device=model.device)  # (P + R - 1,)
     logits = model.forward(ids, last_only=False)[len(prompt_ids) - 1 :].float()  # (R, V)
     top = logits.topk(2, dim=-1)  # values, indices: (R, 2)
-    return ForcedPass(top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist(), logits.log_softmax(-1).cpu())
+    # In float64: a kernel that barely moves the distribution is 1e-6 nats from dense, about float32's rounding of
+    # the log-probabilities summed over the vocabulary, so in float32 the rounding could outweigh the figure.
+    logprobs = logits.double().log_softmax(-1).cpu()  # (R, V)
+    return ForcedPass(top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist(), logprobs)
 
 
 def forced_top2(model: CachedModel, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
