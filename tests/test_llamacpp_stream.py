@@ -6,13 +6,16 @@ wrong kind of server, or a server that is not llama-server, fails in one line. N
 from __future__ import annotations
 
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from specdec.core.runners.eager_model import CachedModel
 from specdec.engines.base import EngineError
 from specdec.engines.llamacpp import LlamaCppSource
+from specdec.measure.faithfulness import forced_pass, kl_top
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, PLAIN, check_invariants
 from tests.support.llamacpp import Letters, chunks
 
@@ -97,10 +100,16 @@ def test_a_server_that_is_not_llama_server_is_named(url):
     Fake.raw = None
 
 
+def forced_listed(chosen: int) -> dict[int, float]:
+    """What the stand-in server lists at a forced position: its chosen token at 0.9, the next id at 0.05."""
+    return {chosen: math.log(0.9), chosen + 1: math.log(0.05)}
+
+
 def serve(stream: list[dict]):
     """A stand-in llama-server: a streamed request gets `stream`; a request without streaming (the
     teacher forcing of the bench's faithfulness figures) gets the next id of the streamed run's own
-    output after the prompt's prefix, as a greedy server whose output that is would answer."""
+    output after the prompt's prefix, as a greedy server whose output that is would answer, and, asked
+    for `n_probs`, FORCED_LISTED's log-probabilities for that token and the next id."""
     handler = type("One", (Fake,), {})
     own_ids = [t for chunk in stream if not chunk["stop"] for t in chunk["tokens"]]
     handler.streamed_prompt, handler.forced_prompts = None, []
@@ -114,7 +123,12 @@ def serve(stream: list[dict]):
         else:
             handler.forced_prompts.append(request["prompt"])
             position = len(request["prompt"]) - len(handler.streamed_prompt)
-            body = json.dumps({"tokens": own_ids[position:position + request["n_predict"]], "stop": True}).encode()
+            answer = {"tokens": own_ids[position:position + request["n_predict"]], "stop": True}
+            if request.get("n_probs"):
+                chosen = own_ids[position]
+                answer["completion_probabilities"] = [{"id": chosen, "top_logprobs": [
+                    {"id": token, "logprob": lp} for token, lp in forced_listed(chosen).items()]}]
+            body = json.dumps(answer).encode()
             kind = "application/json"
         self.send_response(200)
         self.send_header("Content-Type", kind)
@@ -170,6 +184,10 @@ def test_bench_runs_llamacpp_beside_ours_against_its_own_plain(tiny_pair, monkey
     assert plain.handler.forced_prompts == [prompt + reference[:i] for i in range(6)]
     assert by["llamacpp_plain"]["top1_agree_dense"] == pytest.approx(sum(a == b for a, b in zip(ids, reference)) / 6)
     assert by["llamacpp_plain"]["departs_dense_at"] == first_departure(ids, reference)
+    # ... with its listed log-probabilities: the top-20 bound of the KL from dense, and no whole figure
+    dense = forced_pass(CachedModel(tiny_pair.target, tiny_pair.vocab_size), prompt, reference).logprobs
+    assert by["llamacpp_plain"]["kl_dense_top"] == pytest.approx(kl_top(dense, [forced_listed(t) for t in ids]))
+    assert by["llamacpp_plain"]["kl_dense"] is None  # a server gives no whole figure
     assert spec.handler.forced_prompts == []  # a drafting lane's output is judged against plain, not forced
     spec.shutdown()
     plain.shutdown()
