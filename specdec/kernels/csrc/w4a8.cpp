@@ -90,6 +90,8 @@ struct Rows {
   int64_t lds;
   const float* sx;
   int64_t ldb;
+
+  Rows from_row(int64_t r) const { return {xq + r * ldx, ldx, xsum16 + r * lds, lds, sx + r * ldb, ldb}; }  // the rows from row r on
 };
 
 // ---- AVX-512 VNNI: one tile of 32 channels (two vectors) by R rows ------------------------------
@@ -266,8 +268,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void add_half_rows(const 
         S[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[j][v] + (r0 + r) * 16)), sc[j][v], S[r][v]);
     }
   }
-  const Rows at{a.xq, a.ldx, a.xsum16 + r0 * a.lds, a.lds, a.sx + r0 * a.ldb, a.ldb};
-  add_half_avx512<R>(S, at, rec, s, h, part + r0 * kTile);
+  add_half_avx512<R>(S, a.from_row(r0), rec, s, h, part + r0 * kTile);
 }
 
 // All `rows` rows of the call at a.xq (row blocks of 16, each unpacked half read by all of them), which
@@ -298,7 +299,7 @@ void tile_amx(int64_t rows, const Rows& a, const uint8_t* rec, int64_t supers, f
       }
       for (int64_t m0 = 0; m0 < rows; m0 += kAmxRows) {
         const int block = static_cast<int>(std::min<int64_t>(kAmxRows, rows - m0));
-        const Rows ab{a.xq + m0 * a.ldx, a.ldx, a.xsum16 + m0 * a.lds, a.lds, a.sx + m0 * a.ldb, a.ldb};
+        const Rows ab = a.from_row(m0);
         for (int j = 0; j < kHalfSubs; ++j) {
           _tile_loadd(0, ab.xq + s * kSuper + (h * kHalfSubs + j) * kSub, ab.ldx);
           _tile_loadd(1, codes[j][0], 64);
@@ -343,9 +344,8 @@ void block_avx2(int rows, const Rows& a, const uint8_t* rec, int64_t supers, flo
   std::fill(part, part + rows * kTile, 0.0f);
   for (int64_t s = 0; s < supers; ++s, rec += kRecord) {
     for (int r0 = 0; r0 < rows; r0 += kRowsAvx2) {
-      const Rows ar{a.xq + r0 * a.ldx, a.ldx, a.xsum16 + r0 * a.lds, a.lds, a.sx + r0 * a.ldb, a.ldb};
       for (int quarter = 0; quarter < 4; ++quarter)
-        quarter_super_rows(std::min(kRowsAvx2, rows - r0), ar, rec, s, quarter, r0 == 0 ? quarter : -1, part + r0 * kTile);
+        quarter_super_rows(std::min(kRowsAvx2, rows - r0), a.from_row(r0), rec, s, quarter, r0 == 0 ? quarter : -1, part + r0 * kTile);
     }
   }
 }
