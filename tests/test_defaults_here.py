@@ -85,9 +85,12 @@ def test_the_kept_table_carries_the_choices_figures_even_where_a_table_was_measu
 
 def test_a_second_start_reads_the_choice_and_a_new_kernel_is_measured(here, tiny_pair, monkeypatch):
     first, measure = defaults_here.ensure(tiny_pair), cost_table.measure
-    monkeypatch.setattr(cost_table, "measure", lambda *a, **k: pytest.fail("a kept choice is not measured again"))
+    together = cost_table.measure_together
+    for name in ("measure", "measure_together"):
+        monkeypatch.setattr(cost_table, name, lambda *a, **k: pytest.fail("a kept choice is not measured again"))
     assert defaults_here.ensure(tiny_pair).chosen == first.chosen
     monkeypatch.setattr(cost_table, "measure", measure)
+    monkeypatch.setattr(cost_table, "measure_together", together)
     monkeypatch.setattr(device_offer, "target_kernels", lambda device: Offered((*KERNELS, "q4k")))  # a kernel offered since
     assert "q4k" in {c.target_kernel for c in defaults_here.ensure(tiny_pair).candidates}
 
@@ -125,14 +128,14 @@ def test_the_recorded_entry_when_chosen_stays_built_for_the_start(here, tiny_pai
 
 
 def test_the_budget_leaves_out_what_it_cannot_reach_and_says_so(here, tiny_pair, monkeypatch):
-    # the recorded kernel and its head, the library's kernels, the draft variants, then the slow kernels
-    assert defaults_here.plan(tiny_pair) == [("kernel", "dense"), ("head", "dense"), ("draft", "dense"), ("draft", "int4"),
-                                             ("kernel", "int8"), ("head", "int8")]
+    # the recorded kernel with the library's kernels (timed together), their heads, the draft variants, then the slow kernels
+    assert defaults_here.plan(tiny_pair) == [("kernel", ("dense",)), ("head", ("dense",)), ("draft", ("dense",)), ("draft", ("int4",)),
+                                             ("kernel", ("int8",)), ("head", ("int8",))]
     with monkeypatch.context() as patched:
         patched.setattr(device_offer, "target_kernels", lambda device: Offered(("dense", "int8", "w4a8")))
-        assert defaults_here.plan(tiny_pair)[:4] == [("kernel", "dense"), ("head", "dense"), ("kernel", "w4a8"), ("head", "w4a8")]
+        assert defaults_here.plan(tiny_pair)[:3] == [("kernel", ("dense", "w4a8")), ("head", ("dense",)), ("head", ("w4a8",))]
     monkeypatch.setattr(device_offer, "draft_variants", lambda device: Offered(("dense", "int4", "int4-v32k")))
-    drafts = [name for what, name in defaults_here.plan(tiny_pair) if what == "draft"]
+    drafts = [name for what, (name,) in defaults_here.plan(tiny_pair) if what == "draft"]
     assert drafts == ["dense", "int4-v32k", "int4"]  # the recorded variant, then the likeliest cheap ones
     monkeypatch.setattr(device_offer, "draft_variants", lambda device: Offered(VARIANTS))
     measured = defaults_here.measure_here(tiny_pair, budget_s=0.0)
@@ -141,6 +144,38 @@ def test_the_budget_leaves_out_what_it_cannot_reach_and_says_so(here, tiny_pair,
     assert measured.chosen.drafter == "none" and "no drafter was measured yet" in measured.line
     assert measured.defaults().draft_variant == "dense"  # the recorded table's variant for tiny-random
     assert not defaults_here.complete(measured, tiny_pair.device)  # the next start measures the rest
+
+
+def test_the_librarys_kernels_are_timed_together_and_one_that_cannot_be_built_is_left_out_alone(here, tiny_pair, monkeypatch):
+    """The recorded kernel and the other kernels of this project's library are timed in one
+    measurement, round by round (a slow spell of the machine falls on all of them alike); a kernel
+    that cannot be built here is named with its reason, and the others are still measured."""
+    from specdec.measure import passcost
+
+    monkeypatch.setattr(defaults_here, "native_kernel", lambda name: "w8a8" if name in ("int8", "q4k") else None)  # as if in the library
+    monkeypatch.setattr(device_offer, "target_kernels", lambda device: Offered(("dense", "int8", "q4k")))
+    built = defaults_here.kernel_target
+
+    def kernel_target(pair, name):
+        if name == "q4k":
+            raise ValueError("q4k: no compiler here")
+        return built(pair, name)
+
+    monkeypatch.setattr(defaults_here, "kernel_target", kernel_target)
+    timed = []
+
+    def recording(targets, *args, **kwargs):
+        timed.append(sorted(targets))
+        return passcost.measure_targets(targets, *args, **kwargs)
+
+    monkeypatch.setattr(cost_table, "measure_targets", recording)
+    measured = defaults_here.measure_here(tiny_pair)
+    assert timed == [["dense", "int8"]]  # one measurement of both, not one after the other
+    assert {c.target_kernel for c in measured.candidates} == {"dense", "int8"}
+    assert measured.skipped["kernel q4k"] == "q4k: no compiler here"
+    a_new_process(monkeypatch)
+    again = defaults_here.measure_here(tiny_pair)  # kept tables are read, not timed again
+    assert timed == [["dense", "int8"]] and {c.decode_step_s for c in again.candidates} == {c.decode_step_s for c in measured.candidates}
 
 
 def test_off_a_cpu_nothing_is_measured_and_the_recorded_entry_stands():

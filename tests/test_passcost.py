@@ -4,7 +4,7 @@ import pytest
 
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
-from specdec.measure.passcost import PassCosts, measure, time_decode_step
+from specdec.measure.passcost import PassCosts, measure, measure_targets, time_decode_step
 
 
 def test_measure(tiny_pair):
@@ -14,6 +14,30 @@ def test_measure(tiny_pair):
     assert costs.draft_s > 0 and costs.context == len(ids) and costs.c == costs.draft_s / costs.target_s[0]
     with pytest.raises(ValueError, match="context"):
         measure(tiny_pair, [])
+
+
+def test_several_targets_are_timed_together_round_by_round(tiny_pair):
+    """Each round times every target's sizes in turn, so a slow spell of the machine falls on all of
+    them alike: the passes alternate between the targets, they do not run one target's repeats
+    after the other's."""
+    import copy
+
+    targets = {"a": tiny_pair.target, "b": copy.deepcopy(tiny_pair.target)}
+    order = []
+    hooks = [module.get_output_embeddings().register_forward_hook(lambda *_, key=key: order.append(key)) for key, module in targets.items()]
+    try:
+        ids = tiny_pair.encode_prompt("def add(a, b):", chat=False, max_new_tokens=8)
+        tables = measure_targets(targets, tiny_pair.vocab_size, ids, sizes=(1, 2), repeats=3)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert order[-12:] == ["a", "a", "b", "b"] * 3  # the timed passes: sizes 1 and 2 of a, then of b, three rounds
+    assert set(tables) == {"a", "b"}
+    for costs in tables.values():
+        assert costs.sizes == (1, 2) and all(t > 0 for t in costs.target_s) and costs.draft_s is None and costs.repeats == 3
+        assert costs.streamed_bytes > 0 and costs.read_rate > 0
+    with pytest.raises(ValueError, match="context"):
+        measure_targets(targets, tiny_pair.vocab_size, [])
 
 
 def test_interpolation():

@@ -39,8 +39,8 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import (DraftCost, PassCosts, measure_models, passes_to_time, time_draft, time_draft_feeds,
-                                      time_head_step)
+from specdec.measure.passcost import (DraftCost, PassCosts, measure_models, measure_targets, passes_to_time, time_draft,
+                                      time_draft_feeds, time_head_step)
 
 FORMAT = "specdec-costs"
 VERSION = 3  # 3: a step's first draft pass timed with the caches emptied; 2: its catch-ups (draft_feed_s); older: measured again
@@ -115,13 +115,9 @@ def with_head(costs: PassCosts, head: DraftCost) -> PassCosts:
 
 
 def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, repeats, progress) -> PassCosts:
-    if not refresh:
-        if path in _tables:
-            return _tables[path]
-        costs = read(path)
-        if costs is not None:
-            _tables[path] = costs
-            return costs
+    costs = None if refresh else known(path)
+    if costs is not None:
+        return costs
     if target is None:
         module = pair.target
     elif isinstance(target, torch.nn.Module):
@@ -133,7 +129,7 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
         from specdec.kernels.variants import draft_model
 
         draft = draft_model(pair, draft_variant)
-    context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]  # any tokens: cost does not depend on which
+    context = _context(pair)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -146,12 +142,46 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
     finally:
         if bar is not None:
             bar.close()
+    _store(pair, path, costs, kernel, draft_variant, runner)
+    return costs
+
+
+def measure_together(pair, kernels: dict, runner: str = "eager", refresh: bool = False, repeats: int = REPEATS) -> dict[str, PassCosts]:
+    """The tables of several target kernels' passes alone (draft variant NO_DRAFT; kernels: name ->
+    a callable returning the target as that kernel runs it, called only when measuring): each kept
+    one read as `measure` reads it, the others timed together (passcost.measure_targets: round by
+    round, so a slow spell of the machine falls on them alike and they compare) and written."""
+    paths = {name: table_path(pair.name, name, NO_DRAFT, pair.dtype_name, pair.device, runner) for name in kernels}
+    out = {name: None if refresh else known(path) for name, path in paths.items()}
+    todo = [name for name, costs in out.items() if costs is None]
+    if todo:
+        timed = measure_targets({name: kernels[name]() for name in todo}, pair.vocab_size, _context(pair), SIZES, repeats, runner=runner)
+        for name in todo:
+            _store(pair, paths[name], timed[name], name, NO_DRAFT, runner)
+            out[name] = timed[name]
+    return out
+
+
+def _context(pair) -> list[int]:
+    return [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]  # any tokens: cost does not depend on which
+
+
+def known(path: Path) -> PassCosts | None:
+    """The table at `path` as this process has it, else as the file has it (None: neither)."""
+    if path not in _tables:
+        costs = read(path)
+        if costs is None:
+            return None
+        _tables[path] = costs
+    return _tables[path]
+
+
+def _store(pair, path: Path, costs: PassCosts, kernel: str, draft_variant: str, runner: str) -> None:
     write(path, costs, {"pair": pair.name, "target_kernel": kernel, "draft_variant": draft_variant, "dtype": pair.dtype_name,
                         "runner": runner}, machine(pair.device))
     _tables[path] = costs
     for key in [k for k in _head_steps if k[0] == path]:  # a table measured anew is written without heads
         del _head_steps[key]
-    return costs
 
 
 def head_cost(pair, path: Path, head, streamed: int | None) -> DraftCost:

@@ -20,8 +20,8 @@ import itertools
 import statistics
 import time
 import types
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from typing import Callable, ContextManager
 
 import torch
@@ -186,19 +186,39 @@ def measure_models(target, draft, vocab_size: int, context_ids: list[int], sizes
     (the end of) context_ids: the target over each size; the draft's first pass of a step over each
     size, after as many bytes as the target's pass streams were read, and its further one-token
     pass; all run by `runner` (a compiled runner's shapes are captured first, outside the timing)."""
+    (alone,) = measure_targets({0: target}, vocab_size, context_ids, sizes, repeats, tick, runner).values()
+    if draft is None:
+        return alone
+    context = list(context_ids[-MAX_CONTEXT:])
+    feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner, alone.streamed_bytes)
+    draft_s = time_draft(draft, vocab_size, context, repeats, tick, runner)
+    return replace(alone, draft_s=draft_s, draft_feed_s=tuple(feeds))
+
+
+def measure_targets(targets: dict, vocab_size: int, context_ids: list[int], sizes=SIZES, repeats: int = 3, tick=None,
+                    runner: str = "eager") -> dict:
+    """Time the passes of several target modules (targets: key -> module) after a cache filled with
+    (the end of) context_ids, together: every round times each one's sizes in turn (time_rounds), so
+    a slow spell of the machine falls on all of them alike and their tables compare. Timed one
+    after another, a spell of a few seconds could slow one kernel's whole table by a tenth and turn
+    the choice between two kernels (specdec.serving.defaults_here). Returns key -> PassCosts
+    without a draft."""
     if not context_ids:
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])
     feed = (context * (max(sizes) // len(context) + 1))[: max(sizes)]  # any real tokens do: cost does not depend on which
-    with prefilled(runner, target, vocab_size, context, max(sizes), [(n, False) for n in sizes]) as target_lm:
-        time_passes(target_lm, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
-        target_s = time_passes(target_lm, feed, tuple(sizes), repeats, tick=tick)
-    limit = {"streamed_bytes": streamed_bytes(target), "read_rate": process_read_rate(next(target.parameters()).device)}
-    if draft is None:
-        return PassCosts(tuple(sizes), tuple(target_s), None, len(context), repeats, **limit)
-    feeds = time_draft_feeds(draft, vocab_size, context, tuple(sizes), repeats, tick, runner, limit["streamed_bytes"])
-    draft_s = time_draft(draft, vocab_size, context, repeats, tick, runner)
-    return PassCosts(tuple(sizes), tuple(target_s), draft_s, len(context), repeats, draft_feed_s=tuple(feeds), **limit)
+    with ExitStack() as stack:
+        lanes = {key: Lane(stack.enter_context(prefilled(runner, module, vocab_size, context, max(sizes), [(n, False) for n in sizes])),
+                           tuple(sizes)) for key, module in targets.items()}
+        for lane in lanes.values():
+            time_passes(lane.model, feed, (1,), 1)  # a warm-up pass: first calls pay for allocations
+        runs = time_rounds(lanes, feed, repeats, tick)
+    out = {}
+    for key, module in targets.items():
+        limit = {"streamed_bytes": streamed_bytes(module), "read_rate": process_read_rate(next(module.parameters()).device)}
+        target_s = tuple(statistics.median(runs[key, n]) for n in sizes)
+        out[key] = PassCosts(tuple(sizes), target_s, None, len(context), repeats, **limit)
+    return out
 
 
 def time_draft(draft, vocab_size: int, context_ids: list[int], repeats: int = 3, tick=None, runner: str = "eager") -> float:

@@ -35,7 +35,8 @@ from specdec.models.bundle import cache_root
 # tables measured so far are kept). 40 s reaches the recorded kernel, w4a8 and the head, and most
 # draft variants, on 2 cores with the embedded pair: a fresh clone's first start serves the page in
 # about 90 s to two minutes, pip's installs included, where everything (about 100 s) would take three.
-# No item starts after it; one begun finishes (a kernel built and timed takes 20 to 30 s).
+# No item starts after it; one begun finishes (the library's kernels, built from their disk cache and
+# timed together, take about 20 s; a kernel built from scratch, 20 to 30 s more).
 BUDGET_S = 40.0
 BUDGET = "over the time budget"  # the reason given for what the budget left out (measured at the next start)
 
@@ -100,22 +101,23 @@ def _cheap_first(variant: str) -> tuple:
     return (head_tokens is None, bits or 16)
 
 
-def plan(pair) -> list[tuple[str, str]]:
-    """What is timed, in order: ("kernel", name), ("draft", variant), ("head", kernel). The recorded
-    kernel and the head beside it first (a head step takes milliseconds and its c is the smallest),
-    then the other kernels of this project's library with their heads (their tables take seconds),
-    then every draft variant on the first kernel (a few seconds each: whether drafting pays is what
-    the choice turns on), and last the kernels whose table can take a minute (the dense target)."""
+def plan(pair) -> list[tuple[str, tuple[str, ...]]]:
+    """What is timed, in order: ("kernel", names), ("head", (kernel,)), ("draft", (variant,)). The
+    recorded kernel and the other kernels of this project's library first, timed together (their
+    tables take seconds, and timed round by round a slow spell of the machine cannot turn the choice
+    between them: passcost.measure_targets), then the heads beside them (a head step takes
+    milliseconds and its c is the smallest), then every draft variant (a few seconds each: whether
+    drafting pays is what the choice turns on), and last the kernels whose table can take a minute
+    (the dense target), each with its head."""
     fallback = defaults_for(pair.device, pair.name)
     first, *others = _first(device_offer.target_kernels(pair.device).names, fallback.target_kernel)
-    fast = [k for k in others if native_kernel(k)]
+    together = (first, *[k for k in others if native_kernel(k)])
     slow = [k for k in others if not native_kernel(k)]
-    steps = [("kernel", first), ("head", first)]
-    steps += [step for k in fast for step in (("kernel", k), ("head", k))]
+    steps = [("kernel", together)] + [("head", (k,)) for k in together]
     if pair.draft is not None:
         variants = sorted(device_offer.draft_variants(pair.device).names, key=_cheap_first)
-        steps += [("draft", v) for v in _first(variants, fallback.draft_variant)]
-    return steps + [step for k in slow for step in (("kernel", k), ("head", k))]
+        steps += [("draft", (v,)) for v in _first(variants, fallback.draft_variant)]
+    return steps + [step for k in slow for step in (("kernel", (k,)), ("head", (k,)))]
 
 
 def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refresh: bool = False) -> choose.Measured:
@@ -131,17 +133,20 @@ def measure_here(pair, budget_s: float = BUDGET_S, progress: bool = False, refre
     fallback = defaults_for(pair.device, pair.name)
     likely = ({fallback.target_kernel}, {fallback.draft_variant})  # the recorded entry: kept built until the choice is made
     bar = tqdm(total=len(steps), unit="item", desc=f"measuring {pair.name} on this machine", disable=not progress)
-    for what, name in steps:
-        label = f"{what} {name}"
-        if tables and time.monotonic() - start > budget_s:  # one kernel is always timed: a choice needs one
-            skipped[label] = BUDGET
-        elif what == "head" and (name not in tables or "head" in skipped):
+    for what, names in steps:
+        labels = [f"{what} {name}" for name in names]
+        if tables and time.monotonic() - start > budget_s:  # the first kernels are always timed: a choice needs one
+            skipped.update(dict.fromkeys(labels, BUDGET))
+        elif what == "head" and (names[0] not in tables or "head" in skipped):
             pass  # no table for its kernel, or no head at all
         else:
             try:
-                _time_one(pair, what, name, tables, drafts, heads, refresh)
+                if what == "kernel":
+                    skipped.update(_time_kernels(pair, names, tables, refresh))
+                else:
+                    _time_one(pair, what, names[0], tables, drafts, heads, refresh)
             except (ValueError, RuntimeError, OSError) as err:
-                skipped["head" if what == "head" else label] = str(err).split("\n")[0]
+                skipped.update({"head" if what == "head" else label: str(err).split("\n")[0] for label in labels})
             _drop_built(pair, built_before, likely)
         bar.update()
     bar.close()
@@ -184,11 +189,26 @@ def keep_chosen_table(pair, measured: choose.Measured, tables: dict, drafts: dic
     cost_table.keep(path, chosen, key, cost_table.machine(pair.device))
 
 
+def _time_kernels(pair, names: tuple[str, ...], tables: dict, refresh: bool) -> dict[str, str]:
+    """The kernels' tables into `tables`, those not kept timed together; returns "kernel <name>" ->
+    why, for each kernel that could not be built here (the others are timed without it)."""
+    failed, runnable = {}, {}
+    for name in names:
+        path = cost_table.table_path(pair.name, name, cost_table.NO_DRAFT, pair.dtype_name, pair.device, choose.RUNNER)
+        try:
+            if refresh or cost_table.known(path) is None:
+                kernel_target(pair, name)  # built (and kept on the pair) before the timing, so that a failure leaves out this kernel alone
+        except (ValueError, RuntimeError, OSError) as err:
+            failed[f"kernel {name}"] = str(err).split("\n")[0]
+            continue
+        runnable[name] = lambda name=name: kernel_target(pair, name)
+    if runnable:
+        tables.update(cost_table.measure_together(pair, runnable, runner=choose.RUNNER, refresh=refresh))
+    return failed
+
+
 def _time_one(pair, what: str, name: str, tables: dict, drafts: dict, heads: dict, refresh: bool) -> None:
-    if what == "kernel":
-        tables[name] = cost_table.measure(pair, kernel=name, target=lambda: kernel_target(pair, name),
-                                          draft_variant=cost_table.NO_DRAFT, runner=choose.RUNNER, refresh=refresh)
-    elif what == "draft":
+    if what == "draft":
         drafts[name] = cost_table.draft_cost(pair, name, choose.RUNNER, refresh=refresh)
     else:
         from specdec.engines.assemble import head_source
