@@ -200,9 +200,9 @@ def measure_targets(targets: dict, vocab_size: int, context_ids: list[int], size
     """Time the passes of several target modules (targets: key -> module) after a cache filled with
     (the end of) context_ids, together: every round times each one's sizes in turn (time_rounds), so
     a slow spell of the machine falls on all of them alike and their tables compare. Timed one
-    after another, a spell of a few seconds could slow one kernel's whole table by a tenth and turn
-    the choice between two kernels (specdec.serving.defaults_here). Returns key -> PassCosts
-    without a draft."""
+    after another, a spell of a few seconds could slow one kernel's whole table alone and turn the
+    choice between two kernels (specdec.serving.defaults_here). Returns key -> PassCosts without a
+    draft."""
     if not context_ids:
         raise ValueError("pass costs need a context of at least one token")
     context = list(context_ids[-MAX_CONTEXT:])

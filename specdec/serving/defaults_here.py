@@ -109,8 +109,8 @@ def _cheap_first(variant: str) -> tuple:
 def plan(pair) -> list[tuple[str, tuple[str, ...]]]:
     """What is timed, in order: ("kernel", names), ("head", (kernel,)), ("draft", (variant,)). The
     recorded kernel and the other kernels of this project's library first, timed together (their
-    tables take seconds, and timed round by round a slow spell of the machine cannot turn the choice
-    between them: passcost.measure_targets), then the heads beside them (a head step takes
+    tables take seconds, and timed round by round a slow spell of the machine falls on all of them
+    alike: passcost.measure_targets), then the heads beside them (a head step takes
     milliseconds and its c is the smallest), then every draft variant (a few seconds each: whether
     drafting pays is what the choice turns on), and last the kernels whose table can take a minute
     (the dense target), each with its head."""
