@@ -109,7 +109,7 @@ def serve(stream: list[dict]):
     """A stand-in llama-server: a streamed request gets `stream`; a request without streaming (the
     teacher forcing of the bench's faithfulness figures) gets the next id of the streamed run's own
     output after the prompt's prefix, as a greedy server whose output that is would answer, and, asked
-    for `n_probs`, FORCED_LISTED's log-probabilities for that token and the next id."""
+    for `n_probs`, forced_listed's log-probabilities for that token and the next id."""
     handler = type("One", (Fake,), {})
     own_ids = [t for chunk in stream if not chunk["stop"] for t in chunk["tokens"]]
     handler.streamed_prompt, handler.forced_prompts = None, []

@@ -239,7 +239,7 @@ def draft_cost(pair, draft_variant: str, runner: str = "eager", refresh: bool = 
         return _drafts[path]
     cost = None if refresh else read_draft(path)
     if cost is None:
-        context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
+        context = _context(pair)
         model = draft_model(pair, draft_variant)
         (first,) = time_draft_feeds(model, pair.vocab_size, context, (1,), repeats, runner=runner)
         cost = DraftCost(first, time_draft(model, pair.vocab_size, context, repeats, runner=runner))
@@ -264,7 +264,7 @@ def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = 
     if path not in _feeds:
         feeds = read_draft_feeds(path)
         if feeds is None:
-            context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]
+            context = _context(pair)
             feeds = tuple(time_draft_feeds(draft_model(pair, draft_variant), pair.vocab_size, context, SIZES, repeats,
                                            runner=runner))
             try:
