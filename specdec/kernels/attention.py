@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specdec.core.runners.lean_pass import CAUSAL
 from specdec.kernels import w8a8_build
 
 PACKED = "specdec_packed_sdpa"
@@ -93,6 +94,8 @@ def row_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
 
 PATHS = {"cpu": (PACKED, packed_sdpa), "cuda": (GROUPED, grouped_sdpa)}
 FUNCTIONS = {**dict(PATHS.values()), ROWS: row_attention}  # every path by the name transformers knows it by
+for _function in FUNCTIONS.values():
+    setattr(_function, CAUSAL, True)  # each draws a pass's causal pattern over a cache when given no mask: the eager runner's lean pass passes none
 
 
 def attention_for(device_type: str) -> str:

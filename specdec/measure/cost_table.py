@@ -43,7 +43,7 @@ from specdec.measure.passcost import (DraftCost, PassCosts, measure_models, meas
                                       time_draft_feeds, time_head_step)
 
 FORMAT = "specdec-costs"
-VERSION = 3  # 3: a step's first draft pass timed with the caches emptied; 2: its catch-ups (draft_feed_s); older: measured again
+VERSION = 4  # 4: the eager runner's passes through lean_pass (faster, the same bits); 3: a step's first draft pass timed with the caches emptied; 2: its catch-ups (draft_feed_s); older: measured again
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens in one target pass: K + 1 for K = 0..15
 CONTEXT = 200  # cached positions while timing: a prompt and some output
 REPEATS = 3

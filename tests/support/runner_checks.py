@@ -24,9 +24,12 @@ def assert_same_events(got, want, tol: float = 1e-4) -> None:
 
 def valid_slots(model, length: int) -> list[torch.Tensor]:
     """Keys and values of every layer at the first `length` positions: (1, heads, length, dim) each,
-    from an eager model's DynamicCache or a static model's preallocated cache."""
+    from an eager model's cache (lean_pass's KeyValues or transformers' DynamicCache) or a static
+    model's preallocated cache."""
     if hasattr(model, "kv"):
         layers = zip(model.kv.keys, model.kv.values)
+    elif getattr(model, "lean", False):
+        layers = zip(model.cache.keys, model.cache.values)
     else:
         layers = ((layer.keys, layer.values) for layer in model.cache.layers)
     return [t[:, :, :length] for pair in layers for t in pair]

@@ -1,6 +1,7 @@
 """How a run's passes run: the runners (GenerationConfig.runner).
 
-- eager: transformers as it is, over a growing DynamicCache (eager_model.py).
+- eager: each pass over a growing cache (eager_model.py): lean_pass.py's pass where it supports the
+  model (transformers' ops and bits, less Python), else transformers' decoder over a DynamicCache.
 - static: a preallocated cache whose position is a host integer (rollback sets it), every pass in
   one of a few fixed shapes (static_model.py).
 - compiled: the static model with its fixed-shape passes captured once per model and process:

@@ -1,0 +1,106 @@
+"""A decoder pass that runs transformers' own ops in transformers' order, without the Python around them.
+
+Why: a one-token pass of the 1.5B target spent 10 to 17 ms outside its products (`passes
+--without-products`), 13 to 22% of a decode step, and the 0.5B draft a third of its pass. Most of
+it is not arithmetic. Each layer's call goes through keyword plumbing and decorators. The cache
+grows by concatenation, so every pass copies every layer's keys and values again. A mask is drawn
+for every pass. Here the same modules run the same ops on the same tensors, so a pass gives the
+same bits as transformers' (tests/test_lean_pass.py). Three things are left out:
+- the calls' wrappers: each layer's norms, projections, rotary embedding and MLP are called
+  directly, in the order Qwen2DecoderLayer / LlamaDecoderLayer call them;
+- the concatenation: keys and values sit in buffers allocated ahead (KeyValues), written in place,
+  and each pass's attention reads the valid slots as a view;
+- the mask: an attention function marked CAUSAL (every path of specdec/kernels/attention.py) draws
+  the causal pattern of a pass over a cache itself when it gets none (the rows' kernel reads
+  exactly the keys a row may see).
+
+Where a model is not of that shape (another architecture, a sliding window, attention not marked
+CAUSAL), `supports` says no and the eager runner keeps transformers' path. transformers is imported
+where it is used, so that the attention paths can import CAUSAL without it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CAUSAL = "specdec_draws_causal"  # an attention function's attribute: given no mask, it draws the causal pattern of a pass over a cache
+LAYERS = ("Qwen2DecoderLayer", "LlamaDecoderLayer")  # the same ops in the same order (Llama's projections may lack biases: the modules say)
+GROWTH = 256  # a cache grows by at least this many positions when it is full
+
+
+def supports(model) -> bool:
+    """Whether `decoder_pass` runs this causal LM's decoder with the ops transformers would: a stack
+    of LAYERS with full attention, on one of the library's attention paths."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    config = getattr(model, "config", None)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if config is None or decoder is None or not getattr(ALL_ATTENTION_FUNCTIONS.get(config._attn_implementation), CAUSAL, False):
+        return False
+    if not all(hasattr(decoder, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    return all(type(layer).__name__ in LAYERS and getattr(layer.self_attn, "sliding_window", None) is None
+               for layer in decoder.layers)
+
+
+class KeyValues:
+    """Every layer's keys and values, each (1, kv_heads, capacity, head_dim), allocated at the first
+    write and grown (copied once into larger buffers) when a pass would overflow them. `length` is a
+    host integer: the positions that hold keys; a rollback sets it, and later passes overwrite the
+    slots past it."""
+
+    def __init__(self, layers: int, capacity: int = GROWTH):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.capacity = capacity
+        self.length = 0
+
+    def reserve(self, end: int) -> None:
+        """Room for positions up to `end`: buffers already allocated are copied into larger ones."""
+        if end <= self.capacity:
+            return
+        self.capacity = max(end, self.capacity * 2) + GROWTH
+        for store in (self.keys, self.values):
+            for i, old in enumerate(store):
+                if old is not None:
+                    store[i] = old.new_zeros(*old.shape[:2], self.capacity, old.shape[3])
+                    store[i][:, :, : self.length] = old[:, :, : self.length]
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """keys, values (1, kv_heads, n, head_dim) of positions length .. length + n - 1 -> every
+        valid slot's keys and values, views (1, kv_heads, length + n, head_dim)."""
+        start, end = self.length, self.length + keys.shape[2]
+        for store, new in ((self.keys, keys), (self.values, values)):
+            if store[layer] is None:
+                store[layer] = new.new_zeros(*new.shape[:2], self.capacity, new.shape[3])
+            store[layer][:, :, start:end] = new
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+def decoder_pass(decoder, ids: torch.Tensor, cache: KeyValues) -> torch.Tensor:
+    """ids (1, n): the tokens after the cache's positions -> the final norm's hidden states
+    (1, n, H); the cache then holds their keys and values too."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb  # Llama's is the same function
+
+    n, start = ids.shape[1], cache.length
+    cache.reserve(start + n)
+    hidden = decoder.embed_tokens(ids)  # (1, n, H)
+    positions = torch.arange(start, start + n, device=ids.device)[None]  # (1, n)
+    cos, sin = decoder.rotary_emb(hidden, positions)  # (1, n, head_dim) each
+    attend = ALL_ATTENTION_FUNCTIONS[decoder.config._attn_implementation]  # as transformers looks it up
+    for index, layer in enumerate(decoder.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        heads = (1, n, -1, attention.head_dim)
+        x = layer.input_layernorm(hidden)
+        query = attention.q_proj(x).view(heads).transpose(1, 2)  # (1, heads, n, head_dim)
+        key = attention.k_proj(x).view(heads).transpose(1, 2)  # (1, kv_heads, n, head_dim)
+        value = attention.v_proj(x).view(heads).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, cos, sin)
+        keys, values = cache.write(index, key, value)
+        out, _ = attend(attention, query, keys, values, None, dropout=0.0, scaling=attention.scaling)  # (1, n, heads, head_dim)
+        hidden = hidden + attention.o_proj(out.reshape(1, n, -1).contiguous())
+        x = layer.post_attention_layernorm(hidden)
+        hidden = hidden + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+    cache.length = start + n
+    return decoder.norm(hidden)
