@@ -7,6 +7,7 @@ embedded pair's w4a8 target where it is converted."""
 import pytest
 import torch
 
+from specdec.core.config import MAX_K
 from specdec.core.runners import lean_pass
 from specdec.core.runners.eager_model import CachedModel, EagerModels
 from specdec.kernels import w8a8_build
@@ -89,7 +90,7 @@ def test_the_eager_runner_runs_it_where_it_can(tiny_pair):
     import copy
 
     lm = EagerModels(tiny_pair.draft, tiny_pair.vocab_size).claim(object(), 700)
-    assert lm.lean and lm.cache.capacity == 700
+    assert lm.lean and lm.cache.capacity == 700 + MAX_K + 1  # a last check of MAX_K + 1 tokens fits
     stock = copy.deepcopy(tiny_pair.draft)
     stock.set_attn_implementation("sdpa")
     assert not lean_pass.supports(stock) and not CachedModel(stock, tiny_pair.vocab_size).lean

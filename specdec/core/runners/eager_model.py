@@ -12,6 +12,7 @@ import torch
 from transformers import DynamicCache
 
 import specdec.core.runners.lean_pass as lean_pass
+from specdec.core.config import MAX_K
 
 
 class CachedModel:
@@ -75,7 +76,8 @@ class EagerModels:
         self.module, self.vocab_size, self.linear = module, vocab_size, linear
 
     def claim(self, owner, positions: int, shapes=()) -> CachedModel:
-        return CachedModel(self.module, self.vocab_size, self.linear, positions=max(positions, 1))
+        # room for a check of MAX_K + 1 tokens past the run's positions: a lean cache never grows in a run
+        return CachedModel(self.module, self.vocab_size, self.linear, positions=max(positions, 0) + MAX_K + 1)
 
     @property
     def capture_s(self) -> dict:
