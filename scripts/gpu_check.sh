@@ -42,7 +42,7 @@ else
   # Stopped at the limit with SIGINT, pytest still prints its summary of the failures so far.
   SPECDEC_TEST_DEVICE=cuda timeout -s INT -k 10 "$TESTS_S" "$PY" -m pytest -q -rfE --tb=short -p no:cacheprovider \
     tests/test_parity.py tests/test_cache.py tests/test_distribution.py tests/test_runners.py tests/test_compiled.py \
-    tests/test_attention.py \
+    tests/test_attention.py tests/test_lean_pass.py \
     -k "not embedded" \
     || echo "gpu_check: the tests above failed or ran past ${TESTS_S} s (exit $?); the check goes on"
 fi
