@@ -164,7 +164,7 @@ TARGET_KERNEL_HELP = (
     "Plain decoding beside it runs the same kernel. "
 )
 RUNNER_HELP = (
-    "how both models' passes run: eager = transformers as it is, a growing cache; static = a preallocated cache, "
+    "how both models' passes run: eager = transformers' ops without their layers' Python, a growing cache; static = a preallocated cache, "
     "a few fixed shapes, one read from the device per step; compiled = static with each shape captured once "
     "(CUDA graphs on a GPU, torch.compile on a CPU: minutes the first time). Same tokens; only speed changes. "
     "Default: this machine's (the line under the settings says which and why). With the w8a8 kernel, compiled made speculative runs "

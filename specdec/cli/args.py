@@ -54,7 +54,7 @@ def add_kernel_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
 def add_runner_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
     more = "; comma-separated to run our modes once per runner" if several else ""
     p.add_argument("--runner", default=None,
-                   help=f"how the passes run: {', '.join(RUNNERS)} (eager: transformers as it is; static: a preallocated cache, "
+                   help=f"how the passes run: {', '.join(RUNNERS)} (eager: transformers' ops in a lean pass, a growing cache; static: a preallocated cache, "
                         f"fixed shapes, one read from the device per step; compiled: static with its passes captured, CUDA graphs "
                         f"on a GPU, torch.compile on a CPU). Default: this machine's, as on the page{more}")
 
