@@ -1,7 +1,7 @@
 """The eager runner's lean pass (specdec/core/runners/lean_pass.py) gives the same bits as transformers'
 decoder over its DynamicCache: logits and final hidden states, for a prefill, one-token passes, a
 check, after a rollback and across the cache's growth; on the tiny pair's draft (the library's
-packed attention), its targets of every batch-invariant kernel (the rows' attention), and the
+packed attention), its targets of every kernel (the rows' attention where batch-invariant), and the
 embedded pair's w4a8 target where it is converted. scripts/gpu_check.sh runs it on a GPU too (the
 tiny pair there, on the GPU's attention path)."""
 
@@ -62,15 +62,16 @@ def test_the_cache_grows_and_keeps_its_keys(tiny_pair):
 
 
 @pytest.mark.skipif(not w8a8_build.available()[0], reason=w8a8_build.unavailable_reason() or "")
-@pytest.mark.parametrize("kernel", ["w8a8", "w4a8", "int8", "dense"])
+@pytest.mark.parametrize("kernel", ["w8a8", "w4a8", "int8", "dense", "q4k"])
 def test_the_targets_get_transformers_bits(tiny_pair, kernel):
-    from specdec.kernels.attention import ROWS
+    """The batch-invariant kernels on the rows' attention; q4k (not batch-invariant) on packed attention."""
+    from specdec.kernels.attention import PACKED, ROWS
     from specdec.kernels.target_kernels import kernel_target
 
     if tiny_pair.device.type != "cpu":
         pytest.skip("the batch-invariant target kernels run on a CPU")
     model = kernel_target(tiny_pair, kernel)
-    assert model.config._attn_implementation == ROWS
+    assert model.config._attn_implementation == (PACKED if kernel == "q4k" else ROWS)
     assert_same_bits(model, tiny_pair.vocab_size, tiny_pair.tokenizer.encode(TEXT))
 
 
