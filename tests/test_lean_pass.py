@@ -49,6 +49,20 @@ def assert_same_bits(model, vocab_size: int, ids: list[int], positions: int = 25
     assert differ == [], f"passes {differ} differ from transformers' path"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 5])
+def test_rotate_is_transformers_rotary_bit_for_bit(dtype, n):
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+    g = torch.Generator().manual_seed(n)
+    query, key = (torch.randn(1, n, heads * 128, generator=g).to(dtype) for heads in (12, 2))
+    cos, sin = (torch.randn(1, n, 128, generator=g).to(dtype) for _ in range(2))
+    want = apply_rotary_pos_emb(query.view(1, n, 12, 128).transpose(1, 2), key.view(1, n, 2, 128).transpose(1, 2), cos, sin)
+    got = lean_pass.rotate(query, key, cos, sin, 128)
+    assert [t.shape for t in got] == [(1, 12, n, 128), (1, 2, n, 128)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def test_the_draft_gets_transformers_bits(tiny_pair):
     ids = tiny_pair.tokenizer.encode(TEXT)
     assert_same_bits(tiny_pair.draft, tiny_pair.vocab_size, ids)
