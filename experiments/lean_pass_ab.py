@@ -21,7 +21,7 @@ from specdec.kernels.cpu_linear import linear_for
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
 from specdec.measure.cost_table import CONTEXT
-from specdec.measure.passcost import Lane, time_rounds
+from specdec.measure.passcost import Lane, filler_ids, time_rounds
 from specdec.models.machine import cpu_model
 from specdec.models.pair import load_pair
 
@@ -38,7 +38,7 @@ def main() -> None:
     models = {name: (kernel_target(pair, name), sizes, False) for name in args.target_kernel.split(",")}
     if args.draft_variant:
         models[args.draft_variant] = (draft_model(pair, args.draft_variant), (1,), True)
-    context = [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]  # any tokens: a pass's cost does not depend on them
+    context = filler_ids(pair.vocab_size, CONTEXT)
     lanes = {}
     for name, (model, lane_sizes, last_only) in models.items():
         for lean in (True, False):

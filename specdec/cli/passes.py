@@ -25,7 +25,7 @@ from specdec.cli.args import add_lock_arg, add_model_args, kernel_names, load, r
 from specdec.cli.passes_table import tables
 from specdec.core.variant_names import variant_parts
 from specdec.measure.lock import one_measurement
-from specdec.measure.passcost import Lane, no_products, prefilled, time_rounds
+from specdec.measure.passcost import Lane, filler_ids, no_products, prefilled, time_rounds
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def measure(pair, runners, kernels, variants, sizes, args) -> dict:
     from specdec.measure.stream_rate import read_rate, streamed_bytes
     from specdec.models.machine import machine_info
 
-    context = [(i * 7919 + 13) % pair.vocab_size for i in range(args.context)]  # any tokens: a pass's cost does not depend on which
+    context = filler_ids(pair.vocab_size, args.context)
     modules = {("target", k): kernel_target(pair, k) for k in kernels} | {("draft", v): draft_model(pair, v) for v in variants}
     lanes, captured = {}, []
     with ExitStack() as stack:

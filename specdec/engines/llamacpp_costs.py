@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from specdec.measure.passcost import PassCosts
+from specdec.measure.passcost import PassCosts, filler_ids
 from specdec.engines.base import LLAMA_CPP, EngineError
 from specdec.engines.server import Progress, ServerProcess, free_port
 from specdec.engines.stream import post_stream
@@ -40,7 +40,7 @@ def pass_ms(base_url: str, prefix: list[int], new: list[int], timeout: float = 1
 def time_passes(base_url: str, vocab: int, sizes, repeats: int, context: int = CONTEXT,
                 tick=None) -> list[float]:
     """Median seconds of a pass over n new tokens after `context` cached ones, for each n in sizes."""
-    prefix = [(i * 7919 + 13) % vocab for i in range(context)]  # any tokens: the cost does not depend on which
+    prefix = filler_ids(vocab, context)
     pass_ms(base_url, prefix, [1], cached=False)  # fills the cache with the prefix (and warms the server up)
     runs = {n: [] for n in sizes}
     salt = 0

@@ -39,8 +39,8 @@ import torch
 
 from specdec.models import machine as machine_facts  # this module's machine() is what keys a cost table
 from specdec.models.bundle import cache_root
-from specdec.measure.passcost import (DraftCost, PassCosts, measure_models, measure_targets, passes_to_time, time_draft,
-                                      time_draft_feeds, time_head_step)
+from specdec.measure.passcost import (DraftCost, PassCosts, filler_ids, measure_models, measure_targets, passes_to_time,
+                                      time_draft, time_draft_feeds, time_head_step)
 
 FORMAT = "specdec-costs"
 VERSION = 4  # 4: the eager runner's passes through lean_pass (faster, the same bits); 3: a step's first draft pass timed with the caches emptied; 2: its catch-ups (draft_feed_s); older: measured again
@@ -129,7 +129,7 @@ def _model_table(pair, path, kernel, target, draft_variant, runner, refresh, rep
         from specdec.kernels.variants import draft_model
 
         draft = draft_model(pair, draft_variant)
-    context = _context(pair)
+    context = filler_ids(pair.vocab_size, CONTEXT)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -155,15 +155,11 @@ def measure_together(pair, kernels: dict, runner: str = "eager", refresh: bool =
     out = {name: None if refresh else known(path) for name, path in paths.items()}
     todo = [name for name, costs in out.items() if costs is None]
     if todo:
-        timed = measure_targets({name: kernels[name]() for name in todo}, pair.vocab_size, _context(pair), SIZES, repeats, runner=runner)
+        timed = measure_targets({name: kernels[name]() for name in todo}, pair.vocab_size, filler_ids(pair.vocab_size, CONTEXT), SIZES, repeats, runner=runner)
         for name in todo:
             _store(pair, paths[name], timed[name], name, NO_DRAFT, runner)
             out[name] = timed[name]
     return out
-
-
-def _context(pair) -> list[int]:
-    return [(i * 7919 + 13) % pair.vocab_size for i in range(CONTEXT)]  # any tokens: cost does not depend on which
 
 
 def known(path: Path) -> PassCosts | None:
@@ -239,7 +235,7 @@ def draft_cost(pair, draft_variant: str, runner: str = "eager", refresh: bool = 
         return _drafts[path]
     cost = None if refresh else read_draft(path)
     if cost is None:
-        context = _context(pair)
+        context = filler_ids(pair.vocab_size, CONTEXT)
         model = draft_model(pair, draft_variant)
         (first,) = time_draft_feeds(model, pair.vocab_size, context, (1,), repeats, runner=runner)
         cost = DraftCost(first, time_draft(model, pair.vocab_size, context, repeats, runner=runner))
@@ -264,7 +260,7 @@ def draft_feeds(pair, draft_variant: str, runner: str = "eager", repeats: int = 
     if path not in _feeds:
         feeds = read_draft_feeds(path)
         if feeds is None:
-            context = _context(pair)
+            context = filler_ids(pair.vocab_size, CONTEXT)
             feeds = tuple(time_draft_feeds(draft_model(pair, draft_variant), pair.vocab_size, context, SIZES, repeats,
                                            runner=runner))
             try:

@@ -99,6 +99,12 @@ def read_in_order(sizes: tuple[int, ...], seconds: tuple[float, ...], n: float) 
     return max(t0 + (t1 - t0) * (n - n0) / (n1 - n0), 0.0) if n1 != n0 else t0
 
 
+def filler_ids(vocab_size: int, n: int) -> list[int]:
+    """n token ids spread over the vocabulary, for a timing to feed: a pass costs the same whichever
+    tokens it reads."""
+    return [(i * 7919 + 13) % vocab_size for i in range(n)]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -270,7 +276,7 @@ def time_head_step(source, dtype: torch.dtype, device: torch.device, context: in
     hidden = run.head.shape.hidden
     gen = torch.Generator().manual_seed(0)
     feats = torch.randn(context, hidden, generator=gen).to(device, dtype)  # (context, H): any values cost the same
-    ids = (torch.arange(context, device=device) * 7919 + 13) % source.vocab_size  # (context,)
+    ids = torch.tensor(filler_ids(source.vocab_size, context), device=device)  # (context,)
     feature = run.extend(feats[:-1], ids[1:])  # (1, H)
     empty_caches = CacheEmptier(device, streamed)
     times: dict[bool, list[float]] = {True: [], False: []}  # cold -> seconds
