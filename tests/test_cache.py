@@ -7,15 +7,14 @@ import torch
 from specdec.core.runners.eager_model import CachedModel
 from specdec.core.config import GenerationConfig
 from specdec.engines.ours import OurSource
+from tests.support.runner_checks import valid_slots
 
 PROMPT = "for i in range(10):"
 
 
 def cached_tensors(lm: CachedModel) -> list[torch.Tensor]:
     """Every layer's keys and values at the positions the cache holds, in that order."""
-    if lm.lean:
-        return [t[:, :, : lm.length] for pair in zip(lm.cache.keys, lm.cache.values) for t in pair]
-    return [t for layer in lm.cache.layers for t in (layer.keys, layer.values)]
+    return valid_slots(lm, lm.length)
 
 
 def fresh_tensors(model, vocab_size, ids):

@@ -3,7 +3,8 @@
 After a cached prefix, a check of n rows is fed in one pass, then the same rows one token at a time
 (each a one-token pass, as plain decoding runs them), on a runner's cache (eager: DynamicCache, no
 mask for a one-token pass, transformers' own layers, whose calls the hooks see: the eager runner's
-lean pass gives their bits, tests/test_lean_pass.py; static: a preallocated cache, a mask over its capacity, fixed shapes).
+lean pass gives their bits, tests/test_lean_pass.py; static: a preallocated cache, a mask over its
+capacity, fixed shapes).
 Every op of every layer is recorded for each row: the embedding, the norms, the linear layers,
 rotary, the attention over the cache, the MLP's product, the residual adds, the head. An op whose
 inputs are the same bits in both passes and whose output is not depends on how many rows share the

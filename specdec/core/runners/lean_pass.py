@@ -66,8 +66,12 @@ class KeyValues:
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 if old is not None:
-                    store[i] = old.new_zeros(*old.shape[:2], self.capacity, old.shape[3])
+                    store[i] = self._buffer(old)
                     store[i][:, :, : self.length] = old[:, :, : self.length]
+
+    def _buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """(1, kv_heads, capacity, head_dim) zeros of like's (1, kv_heads, any, head_dim) dtype and device."""
+        return like.new_zeros(*like.shape[:2], self.capacity, like.shape[3])
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """keys, values (1, kv_heads, n, head_dim) of positions length .. length + n - 1 -> every
@@ -75,7 +79,7 @@ class KeyValues:
         start, end = self.length, self.length + keys.shape[2]
         for store, new in ((self.keys, keys), (self.values, values)):
             if store[layer] is None:
-                store[layer] = new.new_zeros(*new.shape[:2], self.capacity, new.shape[3])
+                store[layer] = self._buffer(new)
             store[layer][:, :, start:end] = new
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
