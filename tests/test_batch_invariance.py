@@ -17,9 +17,12 @@ from specdec.core.config import GenerationConfig
 from specdec.core.runners.static_model import StaticModel
 from specdec.kernels import w8a8_build
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.attention import ROWS, row_attention
+from specdec.kernels.attention import PATH_ENV, ROWS, row_attention, rows_path
+from specdec.models.machine import cpu_flags
 
 pytestmark = pytest.mark.skipif(not w8a8_build.available()[0], reason=w8a8_build.unavailable_reason() or "")
+AVX2, AVX512 = w8a8_build.PATHS["avx2"], w8a8_build.PATHS["avx512"]
+needs_avx512 = pytest.mark.skipif("avx512f" not in cpu_flags(), reason="the attention's AVX-512 path needs a CPU with AVX-512")
 
 CHECKS = (2, 6, 16)
 
@@ -66,6 +69,47 @@ def test_a_row_gets_the_same_bits_alone_in_a_check_and_over_a_masked_capacity(dt
         assert torch.equal(alone, check[:, i : i + 1]), f"row {i}"
         masked = attention(q[:, :, i : i + 1], kc, vc, (slots <= 50 + i)[None, None, None])
         assert torch.equal(masked, alone), f"row {i}, masked"
+
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads, head_dim", [((12, 2), 128), ((14, 2), 64), ((3, 1), 24), ((16, 1), 13), ((2, 2), 40)])
+def test_the_avx512_path_gets_the_avx2_paths_bits(dtype, heads, head_dim):
+    """Odd groups (a head alone after the pairs), head sizes with 8 or fewer columns past the last 16,
+    keys past the last 16, masked and causal passes, one row and a check."""
+    w8a8_build.load()
+    g = torch.Generator().manual_seed(1)
+    (h, kv), op = heads, torch.ops.specdec.attention_rows
+    for length, cached in ((1, 0), (1, 36), (4, 200), (6, 13)):
+        q = (3 * torch.randn(1, h, length, head_dim, generator=g)).to(dtype)
+        k, v = (torch.randn(1, kv, cached + length, head_dim, generator=g).to(dtype) for _ in range(2))
+        mask = torch.rand(1, 1, length, cached + length, generator=g) > 0.3
+        mask[0, 0, torch.arange(length), cached + torch.arange(length)] = True  # each row sees itself
+        for m in (None, mask):
+            wide, narrow = op(q, k, v, m, head_dim**-0.5, AVX512), op(q, k, v, m, head_dim**-0.5, AVX2)
+            assert torch.equal(wide, narrow), (length, cached, m is None)
+
+
+@needs_avx512
+def test_the_paths_can_be_told_apart():
+    """The comparison above sees a small difference: one key value moved by 1e-3 changes the output."""
+    w8a8_build.load()
+    q, k, v = qkv(1, 40)
+    moved = k.clone()
+    moved[0, 1, 7, 3] += 1e-3
+    op = torch.ops.specdec.attention_rows
+    assert not torch.equal(op(q, k, v, None, 0.1, AVX512), op(q, moved, v, None, 0.1, AVX2))
+
+
+def test_the_attention_path_is_chosen_by_its_variable(monkeypatch):
+    monkeypatch.delenv(PATH_ENV, raising=False)
+    assert rows_path() == w8a8_build.PATHS["auto"]
+    monkeypatch.setenv(PATH_ENV, "avx2")
+    assert rows_path() == AVX2
+    for wrong in ("amx", "sse"):
+        monkeypatch.setenv(PATH_ENV, wrong)
+        with pytest.raises(ValueError, match=PATH_ENV):
+            rows_path()
 
 
 @pytest.mark.parametrize("k", [64, 1536, 1541])  # 1541: columns past the last multiple of 8

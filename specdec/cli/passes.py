@@ -164,4 +164,5 @@ def measure(pair, runners, kernels, variants, sizes, args) -> dict:
 def forced_paths() -> dict[str, str]:
     """The kernels' instruction-set paths forced by environment variable for this run (e.g.
     SPECDEC_W4A8_PATH=avx2 on an AVX-512 CPU), so that the figures say which path they timed."""
-    return {name: os.environ[name] for name in ("SPECDEC_W8A8_PATH", "SPECDEC_W4A8_PATH") if os.environ.get(name, "").strip()}
+    names = ("SPECDEC_W8A8_PATH", "SPECDEC_W4A8_PATH", "SPECDEC_ATTENTION_PATH")
+    return {name: os.environ[name] for name in names if os.environ.get(name, "").strip()}

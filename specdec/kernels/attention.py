@@ -24,7 +24,9 @@ runners, over the whole cache.
   `torch.ops.specdec.attention_rows` (csrc/attention_rows.cpp) computes each (batch, key/value
   head, query row) alone, over the keys that row may see, in key order, one fixed vector layout,
   so a row gets the same bits alone and in a check of K+1 (specdec/kernels/batch_invariant.py says
-  which models are made so, and why torch's own attention is not).
+  which models are made so, and why torch's own attention is not). It runs 16 lanes a vector where
+  the CPU has AVX-512 and 8 with AVX2, with the same bits; $SPECDEC_ATTENTION_PATH=avx2 forces the
+  8-lane path (the tests compare the two).
 - Anything else keeps transformers' `sdpa`.
 
 `set_attention(model, invariant=...)` picks one of these for the device the model is on. It runs
@@ -47,6 +49,7 @@ PACKED = "specdec_packed_sdpa"
 GROUPED = "specdec_grouped_sdpa"
 ROWS = "specdec_row_attention"
 ROW_DTYPES = (torch.float32, torch.bfloat16)  # what row_attention's kernel computes; other dtypes go to packed_sdpa
+PATH_ENV = "SPECDEC_ATTENTION_PATH"  # auto, avx2 or avx512: the instruction-set path of row_attention's kernel
 
 
 def packed_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -89,7 +92,16 @@ def row_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
     if not usable or (mask is not None and (mask.dtype != torch.bool or mask.shape[-2] != query.shape[2])):
         return packed_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return torch.ops.specdec.attention_rows(query, key, value, mask, scale), None
+    return torch.ops.specdec.attention_rows(query, key, value, mask, scale, rows_path()), None
+
+
+def rows_path() -> int:
+    """The path $SPECDEC_ATTENTION_PATH asks row_attention's kernel for (auto when unset); ValueError
+    naming the variable when it names none of the kernel's (it has no AMX path)."""
+    path = w8a8_build.path_from(PATH_ENV)
+    if path == w8a8_build.PATHS["amx"]:
+        raise ValueError(f"{PATH_ENV} must be auto, avx2 or avx512: the attention has no AMX path")
+    return path
 
 
 PATHS = {"cpu": (PACKED, packed_sdpa), "cuda": (GROUPED, grouped_sdpa)}

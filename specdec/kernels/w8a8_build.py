@@ -164,7 +164,7 @@ def load(progress: bool = True) -> Path:
             lambda x, packed, w_scale, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
         torch.library.register_fake("specdec::w4a8_linear")(lambda x, packed, bias, n, path=0: x.new_empty((*x.shape[:-1], n)))
         torch.library.register_fake("specdec::attention_rows")(  # (B, H, L, D) queries -> (B, L, H, D)
-            lambda q, k, v, mask, scale: q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3])))
+            lambda q, k, v, mask, scale, path=0: q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3])))
         torch.library.register_fake("specdec::linear_rows")(lambda x, w, bias: x.new_empty((*x.shape[:-1], w.shape[0])))
         _loaded.append(path)
         return path
