@@ -2,14 +2,15 @@
 decoder over its DynamicCache: logits and final hidden states, for a prefill, one-token passes, a
 check, after a rollback and across the cache's growth; on the tiny pair's draft (the library's
 packed attention), its targets of every kernel (the rows' attention where batch-invariant), and the
-embedded pair's w4a8 target where it is converted. scripts/gpu_check.sh runs it on a GPU too (the
+embedded pair's w4a8 target where it is converted, with the products the lean pass joins
+(specdec/core/runners/joined_products.py) joined. scripts/gpu_check.sh runs it on a GPU too (the
 tiny pair there, on the GPU's attention path)."""
 
 import pytest
 import torch
 
 from specdec.core.config import MAX_K
-from specdec.core.runners import lean_pass
+from specdec.core.runners import joined_products, lean_pass
 from specdec.core.runners.eager_model import CachedModel, EagerModels
 from specdec.kernels import w8a8_build
 from specdec.kernels.cpu_linear import linear_for
@@ -58,9 +59,11 @@ def test_rotate_is_transformers_rotary_bit_for_bit(dtype, n):
     query, key = (torch.randn(1, n, heads * 128, generator=g).to(dtype) for heads in (12, 2))
     cos, sin = (torch.randn(1, n, 128, generator=g).to(dtype) for _ in range(2))
     want = apply_rotary_pos_emb(query.view(1, n, 12, 128).transpose(1, 2), key.view(1, n, 2, 128).transpose(1, 2), cos, sin)
-    got = lean_pass.rotate(query, key, cos, sin, 128)
-    assert [t.shape for t in got] == [(1, 12, n, 128), (1, 2, n, 128)]
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    joined = torch.cat((query, key, torch.randn(1, n, 2 * 128, generator=g).to(dtype)), dim=-1)  # a joined q/k/v output
+    for qk in (torch.cat((query, key), dim=-1), joined[..., : 14 * 128]):  # concatenated, or the joined output's first columns
+        got = lean_pass.rotate(qk, 12, cos, sin, 128)
+        assert [t.shape for t in got] == [(1, 12, n, 128), (1, 2, n, 128)]
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def test_the_draft_gets_transformers_bits(tiny_pair):
@@ -130,4 +133,8 @@ def test_the_embedded_w4a8_target_gets_transformers_bits():
     pair = load_pair(DEFAULT_PAIR)
     ids = pair.encode_prompt("In three sentences, explain why compost needs both green and brown material.", chat=True,
                              max_new_tokens=0)
-    assert_same_bits(kernel_target(pair, "w4a8"), pair.vocab_size, ids[:40])
+    model = kernel_target(pair, "w4a8")
+    assert_same_bits(model, pair.vocab_size, ids[:40])
+    plan = joined_products.plan(model.get_decoder())  # what the lean pass ran joined
+    assert all(layer.qkv is not None and layer.gate_up is not None for layer in plan)
+    assert {layer.with_value for layer in plan} == {True, False}  # the GGUF's attn_v is Q6_K (w8a8 here) in half the layers

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.kernels import q4k, w8a8_build
+from specdec.kernels.joined import join, joinable
 
 TILE = 32  # output channels per record (two vectors of 16 int32 lanes)
 SUPER = q4k.SUPER  # 256 columns per super-block
@@ -92,6 +93,12 @@ class W4A8Linear(nn.Module):
         if x.dtype in (torch.float32, torch.bfloat16):
             return torch.ops.specdec.w4a8_linear(x, self.packed, self.bias, self.out_features, self.path)
         return self.forward(x.float()).to(x.dtype)
+
+    @classmethod
+    def joined(cls, parts: list["W4A8Linear"]) -> "W4A8Linear | None":
+        """`parts` (layers reading the same input) as one layer, same bits (specdec/kernels/joined.py); None
+        where they cannot be joined."""
+        return join(parts, ("packed", "bias")) if joinable(parts, TILE) else None
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, Q4_K weights x int8 activations per {HALF} columns"

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.kernels import w8a8_build
+from specdec.kernels.joined import join, joinable
 from specdec.kernels.quant import QuantWeight
 
 TILE = 32  # output channels per tile of the packed layout
@@ -74,6 +75,12 @@ class W8A8Linear(nn.Module):
         if x.dtype in (torch.float32, torch.bfloat16):
             return torch.ops.specdec.w8a8_linear(x, self.packed, self.scale, self.bias, self.out_features, self.path)
         return self.forward(x.float()).to(x.dtype)
+
+    @classmethod
+    def joined(cls, parts: list["W8A8Linear"]) -> "W8A8Linear | None":
+        """`parts` (layers reading the same input) as one layer, same bits (specdec/kernels/joined.py); None
+        where they cannot be joined."""
+        return join(parts, ("packed", "scale", "bias")) if joinable(parts, TILE) else None
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, int8 weights x int8 activations per {BLOCK} columns"

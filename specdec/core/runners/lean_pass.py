@@ -5,7 +5,7 @@ Why: a one-token pass of the 1.5B target spent 10 to 17 ms outside its products 
 it is not arithmetic. Each layer's call goes through keyword plumbing and decorators. The cache
 grows by concatenation, so every pass copies every layer's keys and values again. A mask is drawn
 for every pass. Here the same modules run the same ops on the same tensors, so a pass gives the
-same bits as transformers' (tests/test_lean_pass.py). Four things are left out or done once:
+same bits as transformers' (tests/test_lean_pass.py). Five things are left out or done once:
 - the calls' wrappers: each layer's norms, projections and MLP are called directly, in the order
   Qwen2DecoderLayer / LlamaDecoderLayer call them;
 - half the rotary embedding's ops: `rotate` runs apply_rotary_pos_emb's ops on the query and key
@@ -15,7 +15,10 @@ same bits as transformers' (tests/test_lean_pass.py). Four things are left out o
   and each pass's attention reads the valid slots as a view;
 - the mask: an attention function marked CAUSAL (every path of specdec/kernels/attention.py) draws
   the causal pattern of a pass over a cache itself when it gets none (the rows' kernel reads
-  exactly the keys a row may see).
+  exactly the keys a row may see);
+- up to three of a layer's seven product calls: where the kernel offers it, the query, key and value
+  projections run as one call and the gate and up projections as another (joined_products), whose
+  outputs are the parts' side by side, bit for bit.
 
 Where a model is not of that shape (another architecture, a sliding window, attention not marked
 CAUSAL), `supports` says no and the eager runner keeps transformers' path. transformers is imported
@@ -25,6 +28,8 @@ where it is used, so that the attention paths can import CAUSAL without it.
 from __future__ import annotations
 
 import torch
+
+import specdec.core.runners.joined_products as joined_products
 
 CAUSAL = "specdec_draws_causal"  # an attention function's attribute: given no mask, it draws the causal pattern of a pass over a cache
 LAYERS = ("Qwen2DecoderLayer", "LlamaDecoderLayer")  # the same ops in the same order (Llama's projections may lack biases: the modules say)
@@ -84,13 +89,13 @@ class KeyValues:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
 
-def rotate(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """query (1, n, heads * head_dim) and key (1, n, kv_heads * head_dim) as the projections give them,
-    cos and sin (1, n, head_dim) -> query (1, heads, n, head_dim) and key (1, kv_heads, n, head_dim),
-    rotated as apply_rotary_pos_emb rotates them, op for op on every element: x * cos +
-    rotate_half(x) * sin, rotate_half(x) = [-x2, x1] for the halves x1, x2 of each head."""
-    n, heads, half = query.shape[1], query.shape[2] // head_dim, head_dim // 2
-    x = torch.cat((query, key), dim=-1).view(1, n, -1, head_dim)  # (1, n, heads + kv_heads, head_dim)
+def rotate(qk: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qk (1, n, (heads + kv_heads) * head_dim): the query projection's output and the key's side by
+    side (joined, or concatenated), cos and sin (1, n, head_dim) -> query (1, heads, n, head_dim) and
+    key (1, kv_heads, n, head_dim), rotated as apply_rotary_pos_emb rotates them, op for op on every
+    element: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] for the halves x1, x2 of each head."""
+    n, half = qk.shape[1], head_dim // 2
+    x = qk.view(1, n, -1, head_dim)  # (1, n, heads + kv_heads, head_dim)
     turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     x = x * cos[:, :, None] + turned * sin[:, :, None]
     return x[:, :, :heads].transpose(1, 2), x[:, :, heads:].transpose(1, 2)
@@ -107,15 +112,26 @@ def decoder_pass(decoder, ids: torch.Tensor, cache: KeyValues) -> torch.Tensor:
     positions = torch.arange(start, start + n, device=ids.device)[None]  # (1, n)
     cos, sin = decoder.rotary_emb(hidden, positions)  # (1, n, head_dim) each
     attend = ALL_ATTENTION_FUNCTIONS[decoder.config._attn_implementation]  # as transformers looks it up
-    for index, layer in enumerate(decoder.layers):
-        attention, mlp = layer.self_attn, layer.mlp
+    for index, (layer, joined) in enumerate(zip(decoder.layers, joined_products.plan(decoder))):
+        attention, mlp, head_dim = layer.self_attn, layer.mlp, layer.self_attn.head_dim
         x = layer.input_layernorm(hidden)
-        query, key = rotate(attention.q_proj(x), attention.k_proj(x), cos, sin, attention.head_dim)  # (1, heads or kv_heads, n, head_dim)
-        value = attention.v_proj(x).view(1, n, -1, attention.head_dim).transpose(1, 2)  # (1, kv_heads, n, head_dim)
+        if joined.qkv is None:
+            qk, value = torch.cat((attention.q_proj(x), attention.k_proj(x)), dim=-1), attention.v_proj(x)
+        else:
+            both = joined.qkv(x)  # (1, n, query + key [+ value] columns)
+            qk = both[..., : joined.query + joined.key]
+            value = both[..., joined.query + joined.key :] if joined.with_value else attention.v_proj(x)
+        query, key = rotate(qk, joined.query // head_dim, cos, sin, head_dim)  # (1, heads or kv_heads, n, head_dim)
+        value = value.view(1, n, -1, head_dim).transpose(1, 2)  # (1, kv_heads, n, head_dim)
         keys, values = cache.write(index, key, value)
         out, _ = attend(attention, query, keys, values, None, dropout=0.0, scaling=attention.scaling)  # (1, n, heads, head_dim)
         hidden = hidden + attention.o_proj(out.reshape(1, n, -1).contiguous())
         x = layer.post_attention_layernorm(hidden)
-        hidden = hidden + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+        if joined.gate_up is None:
+            gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+        else:
+            both = joined.gate_up(x)  # (1, n, gate + up columns)
+            gate, up = both[..., : joined.gate], both[..., joined.gate :]
+        hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
     cache.length = start + n
     return decoder.norm(hidden)
