@@ -18,12 +18,11 @@ import time
 
 import torch
 
+from experiments import pass_models
 from specdec.core.runners.eager_model import CachedModel
 from specdec.kernels import w8a8_build
 from specdec.kernels.attention import PATH_ENV
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.target_kernels import kernel_target
-from specdec.kernels.variants import draft_model
 from specdec.measure.passcost import Lane, filler_ids, time_rounds
 from specdec.models.machine import cpu_model
 from specdec.models.pair import load_pair
@@ -66,21 +65,16 @@ def kernel_alone(positions, sizes, repeats: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target-kernel", default="w4a8,w8a8", help="comma-separated target kernels")
-    p.add_argument("--draft-variant", default="w4a8-v16k", help="a draft variant, or '' for none")
+    pass_models.add_arguments(p)
     p.add_argument("--positions", default="200,1000", help="cached positions before the timed passes, comma-separated")
-    p.add_argument("--sizes", default="1,4", help="tokens a target pass feeds, comma-separated (drafts: 1)")
-    p.add_argument("--repeats", type=int, default=9)
     args = p.parse_args()
     positions = tuple(int(n) for n in args.positions.split(","))
-    sizes = tuple(int(n) for n in args.sizes.split(","))
+    sizes = pass_models.sizes(args)
     w8a8_build.load()
     print(f"{cpu_model()}, {torch.get_num_threads()} threads, medians of {args.repeats} rounds")
     kernel_alone(positions, sizes, args.repeats)
     pair = load_pair("qwen2.5-coder-1.5b/0.5b")
-    models = {name: (kernel_target(pair, name), sizes, False) for name in args.target_kernel.split(",")}
-    if args.draft_variant:
-        models[args.draft_variant] = (draft_model(pair, args.draft_variant), (1,), True)
+    models = pass_models.models(pair, args)
     print(f"{'model':12s} {'cached':>6s} {'tokens':>6s} {'avx2 ms':>8s} {'avx512 ms':>10s} {'avx512 / avx2':>14s}")
     for cached in positions:
         context = filler_ids(pair.vocab_size, cached + max(sizes))

@@ -17,11 +17,10 @@ from dataclasses import replace
 
 import torch
 
+from experiments import pass_models
 from specdec.core.runners import joined_products
 from specdec.core.runners.eager_model import CachedModel
 from specdec.kernels.cpu_linear import linear_for
-from specdec.kernels.target_kernels import kernel_target
-from specdec.kernels.variants import draft_model
 from specdec.measure.cost_table import CONTEXT
 from specdec.measure.passcost import Lane, filler_ids, time_rounds
 from specdec.models.machine import cpu_model
@@ -41,16 +40,11 @@ def apart(decoder):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target-kernel", default="w4a8,w8a8", help="comma-separated target kernels")
-    p.add_argument("--draft-variant", default="w4a8-v16k", help="a draft variant, or '' for none")
-    p.add_argument("--sizes", default="1,4", help="tokens a target pass feeds, comma-separated (drafts: 1)")
-    p.add_argument("--repeats", type=int, default=9)
+    pass_models.add_arguments(p)
     args = p.parse_args()
     pair = load_pair("qwen2.5-coder-1.5b/0.5b")
-    sizes = tuple(int(n) for n in args.sizes.split(","))
-    models = {name: (kernel_target(pair, name), sizes, False) for name in args.target_kernel.split(",")}
-    if args.draft_variant:
-        models[args.draft_variant] = (draft_model(pair, args.draft_variant), (1,), True)
+    sizes = pass_models.sizes(args)
+    models = pass_models.models(pair, args)
     context = filler_ids(pair.vocab_size, CONTEXT)
     lanes, same = {}, {}
     for name, (model, lane_sizes, last_only) in models.items():
@@ -75,7 +69,7 @@ def main() -> None:
         for n in lane_sizes:
             alone, joined = statistics.median(runs[(name, False), n]), statistics.median(runs[(name, True), n])
             ratio = statistics.median(a / b for a, b in zip(runs[(name, True), n], runs[(name, False), n]))
-            print(f"{name:12s} {n:6d} {1e3 * alone:9.1f} {1e3 * joined:10.1f} {ratio:15.3f} {str(same[name]):>12s}")
+            print(f"{name:12s} {n:6d} {1e3 * alone:9.1f} {1e3 * joined:10.1f} {ratio:15.3f} {same[name]!s:>12s}")
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.core.runners.eager_model import CachedModel
 from specdec.core.config import GenerationConfig
+from specdec.core.runners.eager_model import CachedModel
 from specdec.core.runners.static_model import StaticModel
 from specdec.kernels import w8a8_build
-from specdec.kernels.cpu_linear import linear_for
 from specdec.kernels.attention import PATH_ENV, ROWS, row_attention, rows_path
+from specdec.kernels.cpu_linear import linear_for
 from specdec.models.machine import cpu_flags
 
 pytestmark = pytest.mark.skipif(not w8a8_build.available()[0], reason=w8a8_build.unavailable_reason() or "")
@@ -172,8 +172,8 @@ def test_the_tiny_target_is_batch_invariant(tiny_pair, kernel, runner):
 
 def test_making_one_model_batch_invariant_leaves_the_others_as_they_were(tiny_pair):
     """Each built model has a config of its own: the attention of one is not switched through another's."""
-    from specdec.kernels.target_kernels import kernel_target
     from specdec.kernels.attention import PACKED
+    from specdec.kernels.target_kernels import kernel_target
 
     q4k, w8a8 = kernel_target(tiny_pair, "q4k"), kernel_target(tiny_pair, "w8a8")  # q4k: not batch-invariant
     assert w8a8.config is not tiny_pair.target.config and q4k.config is not tiny_pair.target.config

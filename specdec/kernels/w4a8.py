@@ -95,7 +95,7 @@ class W4A8Linear(nn.Module):
         return self.forward(x.float()).to(x.dtype)
 
     @classmethod
-    def joined(cls, parts: list["W4A8Linear"]) -> "W4A8Linear | None":
+    def joined(cls, parts: list[W4A8Linear]) -> W4A8Linear | None:
         """`parts` (layers reading the same input) as one layer, same bits (specdec/kernels/joined.py); None
         where they cannot be joined."""
         return join(parts, ("packed", "bias")) if joinable(parts, TILE) else None

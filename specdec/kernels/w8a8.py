@@ -77,7 +77,7 @@ class W8A8Linear(nn.Module):
         return self.forward(x.float()).to(x.dtype)
 
     @classmethod
-    def joined(cls, parts: list["W8A8Linear"]) -> "W8A8Linear | None":
+    def joined(cls, parts: list[W8A8Linear]) -> W8A8Linear | None:
         """`parts` (layers reading the same input) as one layer, same bits (specdec/kernels/joined.py); None
         where they cannot be joined."""
         return join(parts, ("packed", "scale", "bias")) if joinable(parts, TILE) else None
