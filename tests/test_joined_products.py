@@ -86,3 +86,18 @@ def test_the_lean_pass_joins_what_its_kernel_offers(tiny_pair, kernel):
     else:
         assert all(p.qkv is not None and p.with_value and p.gate_up is not None for p in plan)
         assert set(joined) <= set(products(model))
+
+
+def test_a_lean_model_is_joined_before_its_first_pass(tiny_pair):
+    """A runner's model joins its products when it is made, so that what wraps the model's products
+    before a pass (passcost.no_products, hooks) finds the joined ones too."""
+    import copy
+
+    from specdec.core.runners.eager_model import CachedModel
+    from specdec.kernels.target_kernels import kernel_target
+
+    model = copy.deepcopy(kernel_target(tiny_pair, "w4a8"))
+    model.get_decoder().__dict__.pop(joined_products.PLAN, None)
+    lm = CachedModel(model, tiny_pair.vocab_size)
+    assert lm.lean and joined_products.PLAN in model.get_decoder().__dict__
+    assert model.get_decoder().layers[0].self_attn.specdec_qkv in products(model)

@@ -5,9 +5,9 @@ MLP's gate and up projections, through one call each.
 
 Why: each call of these kernels costs about 10 to 15 us before its first weight is read (the op's
 entry, the activation's quantization, waking the threads), and the query, key and value projections
-are three calls of which two stream only 0.4 MB. Joined, the pass makes 4 calls a layer instead of
-7 and streams the weights without a break: 0.96x the time of a one-token pass of the `w4a8` and
-`w8a8` targets (docs/benchmarks.md).
+are three calls of which two stream only 0.2 to 0.4 MB. Joined, the pass makes 4 calls a layer
+instead of 7 and streams the weights without a break: 0.96 to 0.99 of the time of a pass of the `w4a8`
+and `w8a8` targets (docs/benchmarks.md).
 
 The same bits: each output channel of these kernels is computed from its own weights and the row's
 activations alone (the activations are quantized per row, the sums are per channel, and the epilogue

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
+import specdec.core.runners.joined_products as joined_products
 import specdec.core.runners.lean_pass as lean_pass
 from specdec.core.config import MAX_K
 
@@ -28,6 +29,8 @@ class CachedModel:
         self.lean = lean_pass.supports(model) if lean is None else lean
         if self.lean:
             self.cache = lean_pass.KeyValues(model.config.num_hidden_layers, positions)
+            # the products joined now, before any pass: what wraps a model's products (passcost.no_products, hooks) finds them
+            joined_products.plan(model.get_decoder())
         else:
             self.cache = DynamicCache(config=model.config)
         # Entered around every pass: a torch function mode that reroutes F.linear (the builder's
