@@ -326,22 +326,16 @@ def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(ti
     """Prompt lookup and the draft model take turns (auto), and a draft model dearer than a decode step
     pauses: each model step is priced with 1 plus the tokens of the steps it did not draft since its
     last, counted here from the events, so the probes pay for catching up on the plain steps before them."""
-    import specdec.core.decoding as decoding
     from tests.support.runs import run_checked
 
-    asked = []  # per step: drafter -> the unseen tokens it was asked about
-    real_pick = decoding.pick
+    asked = []
+    original = CostK.choose
 
-    def spy(proposers, seq, choose):
-        asked.append({})
+    def spy(self, drafter="model", unseen=1):
+        asked.append((drafter, unseen))
+        return original(self, drafter, unseen)
 
-        def asking(drafter, unseen):
-            asked[-1][drafter] = unseen
-            return choose(drafter, unseen)
-
-        return real_pick(proposers, seq, asking)
-
-    monkeypatch.setattr(decoding, "pick", spy)
+    monkeypatch.setattr(CostK, "choose", spy)
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
     costs = PassCosts((1, 2, 3, 4, 6, 8, 12, 16), tuple(0.01 * (1 + 0.03 * n) for n in (1, 2, 3, 4, 6, 8, 12, 16)), 0.012, 200, 3)
     config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", max_new_tokens=40)
@@ -349,17 +343,17 @@ def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(ti
     assert len(asked) == len(events)
     position, caught_up = 0, 0  # tokens generated so far; and after the last step the draft model drafted
     seen_behind = False
-    for step, event in zip(asked, events):
-        if "model" in step:
-            assert step["model"] == position - caught_up + 1, (event.step, step["model"], position - caught_up + 1)
-            seen_behind |= step["model"] > 2
-        if event.drafter == "model":
-            caught_up = position + len(event.emitted)
+    for (drafter, unseen), event in zip(asked, events):
+        if drafter == "model":
+            assert unseen == position - caught_up + 1, (event.step, unseen, position - caught_up + 1)
+            seen_behind |= unseen > 2
+            if event.drafted:
+                caught_up = position + len(event.emitted)
         position += len(event.emitted)
     assert seen_behind  # a probe came after plain steps and caught up on them
     from specdec.bench.predictions import catch_ups
 
-    asked_of_model = {e.step: step["model"] for step, e in zip(asked, events) if e.drafter == "model"}
+    asked_of_model = {e.step: unseen for (drafter, unseen), e in zip(asked, events) if drafter == "model" and e.drafted}
     assert catch_ups(events) == asked_of_model  # what bench --predictions prices is what the policy was asked
 
 

@@ -52,18 +52,17 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: 
 
 def best_config(base: GenerationConfig) -> GenerationConfig:
     """Our best policy on the mixed prompt set (docs/benchmarks.md, "How best was chosen"): prompt
-    lookup on matches of 2 tokens or more (free, long accepted runs on edits) where the cost policy
-    predicts it faster than the draft model, the draft model otherwise; K chosen each step from this
-    machine's pass costs and the acceptance so far, within 0..8 (0: a plain step where drafting would
-    not pay; specdec/core/k_policy.py); the draft stops early when unsure (a rejected draft token costs
-    a draft pass for nothing)."""
+    lookup on matches of 2 tokens or more (free, long accepted runs on edits), the draft model
+    otherwise; K chosen each step from this machine's pass costs and the acceptance so far, within
+    0..8 (0: a plain step where drafting would not pay; specdec/core/k_policy.py); the draft stops
+    early when unsure (a rejected draft token costs a draft pass for nothing)."""
     return replace(base, drafter="auto", k_policy="cost", k_max=8, draft_confidence=0.4)
 
 
 def best_head_config(base: GenerationConfig) -> GenerationConfig:
-    """best with the head in the draft model's place: prompt lookup on matches of 2 tokens or more
-    where it is predicted faster, the head otherwise (`auto_head`), K from the cost table (the head's
-    own measured step as its draft cost: the table's head_s, specdec.measure.cost_table) within 0..8."""
+    """best with the head in the draft model's place: prompt lookup on matches of 2 tokens or more,
+    the head otherwise (`auto_head`), K from the cost table (the head's own measured step as its
+    draft cost: the table's head_s, specdec.measure.cost_table) within 0..8."""
     return replace(base, drafter="auto_head", k_policy="cost", k_max=8, draft_variant=DENSE)
 
 

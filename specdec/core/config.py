@@ -52,8 +52,7 @@ class GenerationConfig:
 
     @property
     def uses_lookup(self) -> bool:
-        """Prompt lookup drafts some steps (all of them with "lookup"; with "auto" and "auto_head" where it
-        matches, and with the cost K policy only where it is predicted faster than the other drafter)."""
+        """Prompt lookup drafts some steps (all of them with "lookup"; where it matches with "auto" and "auto_head")."""
         return self.drafter in ("lookup", "auto", "auto_head")
 
     @property

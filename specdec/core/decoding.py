@@ -69,8 +69,9 @@ class Decoding:
         for step in range(self.config.max_new_tokens):
             if self.stop is not None and self.stop.is_set():
                 return
-            proposer, choice = pick(self.proposers, self.seq, self.policy.choose)
+            proposer = pick(self.proposers, self.seq)
             who = proposer.name if proposer is not None else ""
+            choice = self.policy.choose(who, proposer.unseen(self.seq) if proposer is not None else 1)
             k = min(choice.k, self.config.max_new_tokens - self.total - 1)  # room for the target's own token
             if proposer is not None and k > 0:
                 with self.clock.held():  # what it left unread (the draft model: the prompt) is prompt processing

@@ -121,7 +121,7 @@ class Measured:
         return fastest(models).draft_variant if models else self.default_variant
 
     def defaults(self) -> MachineDefaults:
-        drafter = "auto_head" if self.chosen.drafter == "head" else "auto"  # prompt lookup where it matches and is predicted faster
+        drafter = "auto_head" if self.chosen.drafter == "head" else "auto"  # prompt lookup first, where it matches
         return MachineDefaults(self.chosen.target_kernel, self.variant, drafter, RUNNER, "cost", self.line)
 
     @property

@@ -14,9 +14,6 @@ the target's features needs no special case in the loop or the runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from specdec.core.k_policy import Choice
 from specdec.core.proposers.base import Draft, Proposer, nothing
 from specdec.core.proposers.head import HeadProposer
 from specdec.core.proposers.lookup import LookupProposer
@@ -45,23 +42,10 @@ def proposers_for(parts, config, generator) -> list[Proposer]:
     return proposers
 
 
-def pick(proposers: list[Proposer], seq: list[int], choose: Callable[[str, int], Choice]) -> tuple[Proposer | None, Choice]:
-    """Who drafts this step, and the K policy's choice for it (`choose(name, unseen)`): of the run's
-    proposers that have a draft after `seq` (prompt lookup where it matches) and the last (the run's
-    fallback), the one whose choice predicts the most tokens a second; the first of them on a tie or
-    where the policy predicts nothing (fixed and adaptive K: prompt lookup wherever it matches).
-
-    Why not lookup wherever it matches: its draft is free, but a match that the text does not
-    continue costs a check of K + 1 tokens for nothing, and on JSON and code a 2-token match often
-    does not continue (the held-out json-config on w8a8: 2 of 17 lookup drafts accepted, where the
-    head's were accepted about half the time). Each drafter keeps its own acceptance estimate, so
-    lookup drafts where its record here says it pays more than the fallback would.
-    A probe (a K = 1 step the policy takes to learn) is predicted below plain decoding, so it waits
-    for a step without a match."""
-    if not proposers:
-        return None, choose("", 1)
-    ready = [p for p in proposers[:-1] if p.has_draft(seq)] + [proposers[-1]]
-    choices = [(p, choose(p.name, p.unseen(seq))) for p in ready]
-    if any(c.predicted_tok_s is None for _, c in choices):
-        return choices[0]
-    return max(choices, key=lambda pc: pc[1].predicted_tok_s)  # max keeps the first of equals
+def pick(proposers: list[Proposer], seq: list[int]) -> Proposer | None:
+    """Who drafts this step: the first of the run's proposers that has a draft after `seq` (prompt
+    lookup first, where it matches), else the last (the run's fallback); None: nothing drafts."""
+    for proposer in proposers[:-1]:
+        if proposer.has_draft(seq):
+            return proposer
+    return proposers[-1] if proposers else None
