@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import time
 
 import torch
@@ -58,8 +57,7 @@ def kernel_alone(positions, sizes, repeats: int) -> None:
                     start = time.perf_counter()
                     op(q, k, v, None, 128**-0.5, w8a8_build.PATHS[path])
                     runs[path].append(time.perf_counter() - start)
-            a, b = (statistics.median(runs[path]) for path in PATHS)
-            ratio = statistics.median(y / x for x, y in zip(*runs.values()))
+            a, b, ratio = pass_models.compared(*(runs[path] for path in PATHS))
             print(f"{'':12s} {cached:6d} {rows:4d} {1e6 * a:8.1f} {1e6 * b:10.1f} {ratio:14.3f}")
 
 
@@ -87,8 +85,7 @@ def main() -> None:
         runs = time_rounds(lanes, context[cached:], args.repeats)
         for name, (_, lane_sizes, _) in models.items():
             for n in lane_sizes:
-                a, b = (statistics.median(runs[(name, path), n]) for path in PATHS)
-                ratio = statistics.median(y / x for x, y in zip(runs[(name, "avx2"), n], runs[(name, "avx512"), n]))
+                a, b, ratio = pass_models.compared(*(runs[(name, path), n] for path in PATHS))
                 print(f"{name:12s} {cached:6d} {n:6d} {1e3 * a:8.1f} {1e3 * b:10.1f} {ratio:14.3f}")
         del lanes
 

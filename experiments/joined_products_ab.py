@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 from dataclasses import replace
 
 import torch
@@ -67,8 +66,7 @@ def main() -> None:
     print(f"{'model':12s} {'tokens':>6s} {'apart ms':>9s} {'joined ms':>10s} {'joined / apart':>15s} {'same logits':>12s}")
     for name, (_, lane_sizes, _) in models.items():
         for n in lane_sizes:
-            alone, joined = statistics.median(runs[(name, False), n]), statistics.median(runs[(name, True), n])
-            ratio = statistics.median(a / b for a, b in zip(runs[(name, True), n], runs[(name, False), n]))
+            alone, joined, ratio = pass_models.compared(runs[(name, False), n], runs[(name, True), n])
             print(f"{name:12s} {n:6d} {1e3 * alone:9.1f} {1e3 * joined:10.1f} {ratio:15.3f} {same[name]!s:>12s}")
 
 

@@ -12,7 +12,6 @@ lean_pass.py); this puts transformers' path beside it, as it ran before:
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
@@ -44,9 +43,8 @@ def main() -> None:
     print(f"{'model':12s} {'tokens':>6s} {'transformers ms':>16s} {'lean ms':>8s} {'lean / transformers':>20s}")
     for name, (_, lane_sizes, _) in models.items():
         for n in lane_sizes:
-            stock, lean = statistics.median(runs[(name, False), n]), statistics.median(runs[(name, True), n])
-            ratios = [a / b for a, b in zip(runs[(name, True), n], runs[(name, False), n])]
-            print(f"{name:12s} {n:6d} {1e3 * stock:16.1f} {1e3 * lean:8.1f} {statistics.median(ratios):20.3f}")
+            stock, lean, ratio = pass_models.compared(runs[(name, False), n], runs[(name, True), n])
+            print(f"{name:12s} {n:6d} {1e3 * stock:16.1f} {1e3 * lean:8.1f} {ratio:20.3f}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """What the side-by-side pass experiments (lean_pass_ab, joined_products_ab, attention_path_ab) time:
-the embedded pair's target kernels over the sizes asked for, and a draft variant over one token."""
+the embedded pair's target kernels over the sizes asked for, and a draft variant over one token; and
+how they sum up two ways of running the same passes."""
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from specdec.kernels.target_kernels import kernel_target
 from specdec.kernels.variants import draft_model
@@ -26,3 +28,9 @@ def models(pair, args) -> dict[str, tuple]:
     if args.draft_variant:
         made[args.draft_variant] = (draft_model(pair, args.draft_variant), (1,), True)
     return made
+
+
+def compared(before: list[float], after: list[float]) -> tuple[float, float, float]:
+    """Seconds of the same passes run two ways, round by round -> (median before, median after, the
+    median of the rounds' ratios after / before): a slow spell falls on both sides of a round alike."""
+    return statistics.median(before), statistics.median(after), statistics.median(b / a for a, b in zip(before, after))

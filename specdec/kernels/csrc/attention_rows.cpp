@@ -40,12 +40,13 @@
 #include <limits>
 #include <vector>
 
+#include "kernel_entry.h"
+
 namespace {
 
 constexpr int kLanes = 8;       // fp32 lanes of an AVX2 vector
 constexpr int kWide = 16;       // fp32 lanes of an AVX-512 vector
-constexpr int kMaxGroup = 16;   // query heads per key/value head this kernel takes
-enum Path : int64_t { kAuto = 0, kAvx2 = 1, kAvx512 = 2 };  // the values of the op's `path` (w8a8_build.PATHS)
+constexpr int kMaxGroup = 16;   // query heads per key/value head this kernel takes (paths: kernel_entry.h's Path, less kAmx)
 
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 

@@ -1,6 +1,7 @@
 // What the entry of each int8-activation linear kernel of this library does alike (w8a8.cpp, w4a8.cpp):
 // choose and check the instruction-set path a call runs, check the bias, and make the output. Each kernel
-// says what its own AVX2 path needs of the CPU (has_avx2 there) and passes the answer in.
+// says what its own AVX2 path needs of the CPU (has_avx2 there) and passes the answer in. The batch-invariant
+// attention (attention_rows.cpp) takes the same Path values, less AMX.
 
 #pragma once
 
