@@ -1,11 +1,18 @@
-"""The cost K policy's probes, as they are (each drafter counts its own plain steps, and whether a probe
-may pay is asked with the draft model caught up) against the rule before (one count for every
-drafter, reset by any drafting step, and the question priced at the step's catch-up), `best` and
-`best_head` beside plain decoding on the held-out and the bench prompts, the two rules alternating
-prompt by prompt in one process. Both give plain decoding's output (checked).
+"""The cost K policy's probes under three rules, `best` and `best_head` on the held-out and the bench
+prompts: one run of plain steps for every drafter, ended by any drafting step (the rule before);
+each drafter's own run (the rule now); and its own run with whether a probe may pay asked with the
+draft model caught up instead of at the step's catch-up (tried, not kept). All give plain
+decoding's output (checked).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m experiments.probe_clock_ab [--repeats 1] \
-        [--modes best,best_head] [--target-kernel w4a8] [--draft-variant w4a8]
+The policy decides from counts and the cost table only, never from the clock, so each rule's steps
+are the same whenever it runs. Each run is priced from this machine's cost table (`priced_s`: a
+plain step at the decode step, a drafting step at its draft passes, catch-up included, its check and
+the step's overhead; what `bench --predictions` accounts a run's time with, within 10% of the
+measurement) beside its plain decoding's time, so the rules compare without this machine's spread
+from run to run (a speedup measured twice with the same steps differed by up to 30% in one hour).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m experiments.probe_clock_ab [--modes best,best_head] \
+        [--target-kernel w4a8] [--draft-variant w4a8]
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from dataclasses import replace
 
 import specdec.core.k_policy as k_policy
 from specdec.bench.policies import mode_config
+from specdec.bench.predictions import catch_ups
+from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
 from specdec.models.pair import load_pair
 from specdec.serving.defaults_here import start_defaults
@@ -24,81 +33,107 @@ from specdec.serving.defaults_here import start_defaults
 NOW = k_policy.CostK
 
 
-class Before(NOW):
-    """The rule before: one run of plain steps for all drafters, ended by any drafting step, and a
-    probe's question priced at this step's catch-up."""
+def rule(shared_clock: bool = False, caught_up: bool = False) -> type:
+    """The policy with one run of plain steps for every drafter, or with a probe's question asked
+    with the draft model caught up."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.run_all, self.wait_all = 0, self.PROBE_AFTER
+    class Rule(NOW):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if shared_clock:  # one count for every drafter: every key reads and writes the same value
+                self.plain_run, self.wait = Shared(0), Shared(self.PROBE_AFTER)
 
-    def choose(self, drafter: str = "model", unseen: int = 1) -> k_policy.Choice:
-        alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
-        if drafter == "head":
-            first_s = getattr(self.costs, "head_first_s", None)
-        else:
-            first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
-        best = k_policy.best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-        if best.k > 0 or not k_policy.could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max, first_s):
+        def choose(self, drafter: str = "model", unseen: int = 1) -> k_policy.Choice:
+            if not caught_up or drafter != "model":
+                return super().choose(drafter, unseen)
+            alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
+            first_s = self.costs.draft_pass_s(unseen)
+            best = k_policy.best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
+            if best.k > 0 or not k_policy.could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max,
+                                                    self.costs.draft_pass_s(1)):
+                return best
+            if self.plain_run[drafter] >= self.wait[drafter]:
+                return k_policy.Choice(1, k_policy.predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
             return best
-        if self.run_all >= self.wait_all:
-            return k_policy.Choice(1, k_policy.predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
-        return best
 
-    def update(self, choice, drafted: int, accepted: int, drafter: str = "model") -> None:
-        self.estimates[drafter].update(drafted, accepted)
-        if choice.probe:
-            self.run_all, self.wait_all = 0, min(2 * self.wait_all, self.PROBE_MAX)
-        elif choice.k == 0:
-            self.run_all += 1
-        else:
-            self.run_all, self.wait_all = 0, self.PROBE_AFTER
+    return Rule
+
+
+class Shared(dict):
+    """A run of plain steps shared by every drafter: one value whatever the key."""
+
+    def __init__(self, value: int):
+        super().__init__(value=value)
+
+    def __getitem__(self, key):
+        return super().__getitem__("value")
+
+    def __setitem__(self, key, value):
+        super().__setitem__("value", value)
+
+
+def priced_s(events, costs) -> float:
+    """The run's time from the cost table: each step's target pass, draft passes and overhead."""
+    fed, seconds = catch_ups(events), 0.0
+    for e in events:
+        n = len(e.drafted)
+        if e.drafter == "model" and n:
+            seconds += costs.draft_pass_s(fed[e.step]) + (n - 1) * costs.draft_s
+        elif e.drafter == "head" or (n == 0 and e.withdrawn_why):  # the head drafted (or drafted and withdrew)
+            seconds += (costs.head_first_s or costs.head_s) + max(n - 1, 0) * costs.head_s
+        seconds += costs.target_pass_s(n + 1) + (k_policy.step_overhead_s(costs) if n else 0.0)
+    return seconds
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--modes", default="best,best_head")
     p.add_argument("--target-kernel", default="w4a8")
     p.add_argument("--draft-variant", default="", help="default: this machine's, as on the page")
     args = p.parse_args()
     pair = load_pair("qwen2.5-coder-1.5b/0.5b")
     variant = args.draft_variant or start_defaults(pair.name, pair.device).draft_variant
-    prompts = [e for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json") for e in json.load(open(f))]
-    rules = {"before": Before, "now": NOW}
+    prompts = []
+    for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json"):
+        for e in json.load(open(f)):  # both sets have a `translate-french`, with different text
+            prompts.append({**e, "id": e["id"] + (" (bench)" if any(q["id"] == e["id"] for q in prompts) else "")})
+    rules = {"one clock (before)": rule(shared_clock=True), "own clocks (now)": NOW, "own clocks, caught up": rule(caught_up=True)}
     modes = args.modes.split(",")
-    speedups: dict[tuple, list[float]] = {}
-    probes: dict[tuple, str] = {}
-    for round_ in range(args.repeats):
+    speedups: dict[tuple, float] = {}
+    counts: dict[tuple, str] = {}
+    for mode in modes:
+        config = replace(mode_config(mode, 5, 64, "constant", variant), target_kernel=args.target_kernel)
+        costs = prepare(pair, config).costs
         for entry in prompts:
-            for mode in modes:
-                for name, rule in rules.items():
-                    k_policy.CostK = rule  # make_policy looks the class up on each run
-                    try:
-                        config = replace(mode_config(mode, 5, 64, "constant", variant), target_kernel=args.target_kernel)
-                        run = OurSource(pair, config).side_by_side(entry["prompt"], chat=entry.get("chat"), plain=True)
-                    finally:
-                        k_policy.CostK = NOW
-                    assert run.difference is None, f"{entry['id']} {mode}: speculative output left plain output"
-                    key = (entry["id"], mode, name)
-                    speedups.setdefault(key, []).append(run.speedup)
-                    by_model = [e for e in run.spec_events if e.drafter in ("model", "head")]
-                    probes[key] = f"{sum(e.accepted for e in by_model)}/{sum(e.n_drafted for e in by_model)}"
-        print(f"round {round_ + 1} of {args.repeats} done", flush=True)
-    print(f"target {args.target_kernel}, draft {variant}")
-    print("| prompt | mode | " + " | ".join(f"x plain, {name} | model or head accepted/drafted" for name in rules) + " |")
-    print("|---|---|" + "---:|---:|" * len(rules))
-    ratios: dict[tuple, list[float]] = {}
-    for entry in prompts:
-        for mode in modes:
-            cells = []
-            for name in rules:
-                median = statistics.median(speedups[entry["id"], mode, name])
-                ratios.setdefault((mode, name), []).append(median)
-                cells.append(f"{median:.2f} | {probes[entry['id'], mode, name]}")
+            source = OurSource(pair, config)
+            ids = source.encode(entry["prompt"], chat=entry.get("chat"))
+            plain = list(source.plain().decode(ids))
+            for name, policy in rules.items():
+                k_policy.CostK = policy  # make_policy looks the class up on each run
+                try:
+                    events = list(source.decode(ids))
+                finally:
+                    k_policy.CostK = NOW
+                assert [t for e in events for t in e.emitted] == [t for e in plain for t in e.emitted], \
+                    f"{entry['id']} {mode} {name}: speculative output left plain output"
+                tokens = sum(len(e.emitted) for e in events)
+                speedups[entry["id"], mode, name] = tokens * costs.target_pass_s(1) / priced_s(events, costs)
+                drafting = [e for e in events if e.drafter in ("model", "head")]
+                probes = sum(1 for e in events if e.k == 1 and e.drafter in ("model", "head") and e.predicted_tok_s
+                             and e.predicted_tok_s < 1 / costs.target_pass_s(1))
+                counts[entry["id"], mode, name] = f"{sum(e.accepted for e in drafting)}/{sum(e.n_drafted for e in drafting)}, {probes}"
+            print(f"{entry['id']} {mode}: " + ", ".join(f"{n} {speedups[entry['id'], mode, n]:.3f}" for n in rules), flush=True)
+    print(f"\ntarget {args.target_kernel}, draft {variant}; priced x plain (accepted/drafted by the model or head, probes)")
+    print("| prompt | mode | " + " | ".join(rules) + " |")
+    print("|---|---|" + "---:|" * len(rules))
+    for mode in modes:
+        for entry in prompts:
+            cells = [f"{speedups[entry['id'], mode, n]:.2f} ({counts[entry['id'], mode, n]})" for n in rules]
             print(f"| {entry['id']} | {mode} | " + " | ".join(cells) + " |")
-    for (mode, name), values in ratios.items():
-        print(f"{mode}, {name}: geomean {statistics.geometric_mean(values):.3f}, worst {min(values):.2f}")
+    for mode in modes:
+        for name in rules:
+            values = [speedups[e["id"], mode, name] for e in prompts]
+            print(f"{mode}, {name}: geomean {statistics.geometric_mean(values):.3f}, worst {min(values):.2f}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def test_no_probe_where_no_recorded_acceptance_could_pay():
             policy.update(choice, choice.k, 0)  # nothing ever accepted
             choices.append(choice)
         assert sum(c.probe for c in choices) == probes and sum(c.k for c in choices) == probes
-        said = [c.why.endswith("not even at \u03b1 = 0.89, its highest recorded, caught up, so no probe follows") for c in choices if c.paused]
+        said = [c.why.endswith("not even at \u03b1 = 0.89, its highest recorded, so no probe follows") for c in choices if c.paused]
         assert all(said) if probes == 0 else not any(said)
 
 
@@ -315,30 +315,6 @@ def test_the_draft_models_catch_up_is_priced():
     assert policy.choose("lookup", unseen=9).k > 0  # prompt lookup reads no model: nothing to catch up
     # the probe that follows 8 plain steps is priced with its catch-up too
     assert predicted_rate(1, 0.6, costs.draft_s, costs, costs.draft_pass_s(9)) < predicted_rate(1, 0.6, costs.draft_s, costs)
-
-
-def test_a_growing_catch_up_does_not_end_the_probes():
-    """The catch-up grows with every plain step (here 9 tokens behind cost 1.46 decode steps, and 25
-    behind 3), so priced at it a probe would never pay, and a draft model turned down once would never
-    draft again. Whether a probe may pay is asked with the draft model caught up; the probe itself
-    pays its catch-up (its predicted rate says so), and the waits bound what probes cost."""
-    step = 0.05
-    costs = PassCosts((1, 2, 4, 8, 16), tuple(step * f for f in (1.0, 1.02, 1.05, 1.1, 1.2)), 0.2 * step, 200, 3,
-                      draft_feed_s=tuple(step * f for f in (0.2, 0.3, 0.6, 1.3, 2.6)))
-    assert not could_pay(0.89, costs.draft_s, costs, 5, costs.draft_pass_s(25)) and could_pay(0.89, costs.draft_s, costs, 5)
-    policy = CostK(costs, 5, priors={"model": 0.3, "lookup": 0.3, "head": 0.3})
-    behind = 1
-    choices = []
-    for _ in range(80):
-        choice = policy.choose("model", unseen=behind)
-        choices.append((choice, behind))
-        policy.update(choice, choice.k, 0, "model")  # nothing accepted
-        behind = 1 if choice.k > 0 else behind + 1
-    probes = [(c, u) for c, u in choices if c.probe]
-    assert [u for _, u in probes] == [9, 17, 33]  # after 8, 16 and 32 plain steps, however far behind
-    rates = [c.predicted_tok_s for c, _ in probes]  # each priced with its catch-up: slower than plain, and slower the farther behind
-    assert rates[0] < 1 / costs.target_pass_s(1) and rates == sorted(rates, reverse=True) and rates[2] < rates[0] / 1.5
-    assert not any("no probe follows" in c.why for c, _ in choices)
 
 
 def test_another_drafters_steps_neither_count_nor_reset_a_drafters_probe_wait():

@@ -171,21 +171,20 @@ class CostK:
     PROBE_AFTER plain steps in a row the next step drafts one token (K = 1: the cheapest step
     that checks a draft). Each drafter keeps its own count: the steps another drafter took (prompt
     lookup on a match) neither count as its plain steps nor end its run of them, so lookup drafting
-    on a spurious match now and then cannot keep the draft model's probe from coming. The wait doubles after each probe that does not bring drafting back (up to
-    PROBE_MAX), so on text where drafting never pays the probes cost at most one K = 1 step in
-    PROBE_AFTER, and ever fewer. A fixed schedule of step counts, not a random draw or a timer, keeps
+    on a spurious match now and then cannot keep the draft model's probe from coming. The wait
+    doubles after each probe that does not bring drafting back (up to PROBE_MAX), so on text where
+    drafting never pays the probes cost at most one K = 1 step in PROBE_AFTER, and ever fewer. A fixed schedule of step counts, not a random draw or a timer, keeps
     seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
-    A probe asks whether the text turned easy, so none is made where drafting would not pay even at
-    the drafter's highest recorded acceptance on any kind of text (its ceiling in `ceilings`, at
-    least its prior: `could_pay`), with the draft model caught up. The int4 draft beside the w4a8
-    target on an Intel Xeon (c = 0.76 caught up) does not pay even at the draft model's 0.89 on
-    code, and its probes made a run that otherwise decoded plain 0.77x as fast (having the draft
-    model read the prompt for them). The question is priced caught up, not at this step's catch-up:
-    the catch-up grows with every plain step, so priced so the answer turned to "never" a few steps
-    into any pause, and a draft model turned down once (the first token of a reply, say) never
-    drafted again, on code it would have drafted at 0.8 or more. The probe itself pays the catch-up,
-    and its cost is bounded by the waits.
+    A probe asks whether the text turned easy, so none is made where drafting would not pay at this
+    step's prices even at the drafter's highest recorded acceptance on any kind of text (its ceiling
+    in `ceilings`, at least its prior: `could_pay`). The int4 draft beside the w4a8 target on an
+    Intel Xeon (c = 0.76 caught up, 1.9 after the 8 plain steps before a probe) does not pay even at
+    the draft model's 0.89 on code, and its probes made a run that otherwise decoded plain 0.77x as
+    fast (having the draft model read the prompt for them). The draft model's catch-up grows with
+    every plain step, so a long pause can end its probes: asking the question with the draft model
+    caught up instead was tried, and its probes' catch-ups cost more than they found
+    (experiments/probe_clock_ab.py, docs/benchmarks.md).
 
     `drafter` ("model", "lookup" or "head"): who will draft this step. Prompt lookup costs no draft
     pass (draft_s 0) and has its own acceptance, so each drafter keeps its own estimate. Each other
@@ -228,10 +227,8 @@ class CostK:
         if best.k > 0:
             return best
         ceiling = self.ceilings[drafter]
-        caught_up_s = self.costs.draft_pass_s(1) if drafter == "model" else first_s  # its first pass with nothing to catch up
-        if not could_pay(ceiling, draft_s, self.costs, self.k_max, caught_up_s):
-            caught_up = ", caught up" if drafter == "model" else ""
-            return replace(best, why=f"{best.why}; not even at \u03b1 = {ceiling:.2f}, its highest recorded{caught_up}, so no probe follows")
+        if not could_pay(ceiling, draft_s, self.costs, self.k_max, first_s):
+            return replace(best, why=f"{best.why}; not even at \u03b1 = {ceiling:.2f}, its highest recorded, so no probe follows")
         if self.plain_run[drafter] >= self.wait[drafter]:
             return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
         return best
