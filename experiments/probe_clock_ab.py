@@ -21,10 +21,11 @@ import argparse
 import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
-import specdec.core.k_policy as k_policy
 from specdec.bench.policies import mode_config
 from specdec.bench.predictions import catch_ups
+from specdec.core import k_policy
 from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
 from specdec.models.pair import load_pair
@@ -95,7 +96,7 @@ def main() -> None:
     variant = args.draft_variant or start_defaults(pair.name, pair.device).draft_variant
     prompts = []
     for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json"):
-        for e in json.load(open(f)):  # both sets have a `translate-french`, with different text
+        for e in json.loads(Path(f).read_text(encoding="utf-8")):  # both sets have a `translate-french`, with different text
             prompts.append({**e, "id": e["id"] + (" (bench)" if any(q["id"] == e["id"] for q in prompts) else "")})
     rules = {"one clock (before)": rule(shared_clock=True), "own clocks (now)": NOW, "own clocks, caught up": rule(caught_up=True)}
     modes = args.modes.split(",")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specdec.core.k_policy import (OVERHEAD_STEPS, AcceptanceEstimate, AdaptiveK, Choice, CostK, FixedK, best_choice,
+from specdec.core.k_policy import (OVERHEAD_STEPS, AcceptanceEstimate, AdaptiveK, CostK, FixedK, best_choice,
                                    could_pay, make_policy, predicted_rate)
 from specdec.core.config import GenerationConfig
 from specdec.measure.passcost import PassCosts
