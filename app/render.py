@@ -165,19 +165,22 @@ def render_stats(spec: RunMetrics, plain: RunMetrics | None = None, badge: str |
 def _c_value(m: RunMetrics) -> str:
     if m.cost_ratio_c is None or not m.drafted:
         return "\u2014"
-    if m.lookup_steps and not m.model_steps:  # lookup alone (a head's steps count as neither: its c is its own)
+    if m.lookup_steps and not m.model_steps and not m.head_steps:  # lookup alone
         return "0 (lookup)"
-    if m.lookup_steps:
+    if m.lookup_steps and m.model_steps:
         return f"{m.cost_ratio_c:.3f} (model {m.draft_model_c:.3f})"
     return f"{m.cost_ratio_c:.3f}"
 
 
 def _c_help(m: RunMetrics) -> str:
-    if m.lookup_steps and not m.model_steps:
+    if m.lookup_steps and not m.model_steps and not m.head_steps:
         return "Prompt lookup costs no draft pass: it copies tokens from the prompt, so c is about 0."
     if m.model_steps and m.lookup_steps:
         return (f"Drafter auto: {m.lookup_steps} steps by prompt lookup (no draft pass) and {m.model_steps} by the "
                 "draft model; the first figure blends both, the second is the draft model's own.")
+    if m.head_steps and m.lookup_steps:
+        return (f"{m.lookup_steps} steps by prompt lookup (no draft pass) and {m.head_steps} by the trained head: "
+                "the figure blends both, so the head's own c is higher.")
     return "A draft pass is the drafting time per drafted token."
 
 

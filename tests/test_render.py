@@ -143,6 +143,10 @@ def test_c_says_prompt_lookup_costs_no_draft_pass():
     assert "0 (lookup)" in html and "costs no draft pass" in html
     html = render_stats(summarize(mixed, decode_step_s=0.05, decode_step_from="the plain run"))
     assert "(model " in html and "the draft model&#x27;s own" in html
+    # the head's steps cost a draft pass: beside lookup's, c is a blend, never "0 (lookup)"
+    with_head = [replace(events[0], drafter="lookup", draft_s=0.0), replace(events[1], drafter="head", draft_s=0.008)]
+    html = render_stats(summarize(with_head, decode_step_s=0.05, decode_step_from="the plain run"))
+    assert "0 (lookup)" not in html and "0.040" in html and "by the trained head" in html  # 8 ms over 4 drafted tokens
 
 
 def test_tokens_carry_their_step():

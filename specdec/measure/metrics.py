@@ -49,6 +49,7 @@ class RunMetrics:
     mean_k: float  # mean draft length over steps that drafted
     model_steps: int  # steps drafted by the draft model
     lookup_steps: int  # steps drafted by prompt lookup (no model pass)
+    head_steps: int  # steps drafted by the trained head
     draft_pass_s: float | None  # drafting seconds per drafted token (a draft-model pass; next to nothing for lookup; a blend for "auto"); None: the engine does not time drafting apart
     model_draft_pass_s: float | None  # the same over the draft model's steps only (None when it drafted nothing)
     target_pass_s: float | None  # median seconds of one target pass, any length (None: not timed apart)
@@ -144,6 +145,7 @@ def summarize(events: list[StepEvent], *, decode_step_s: float | None = None, de
         accepted_share=accepted / drafted if drafted else 0.0, tokens_per_pass=tokens_per_pass,
         expected_tokens_per_pass=expected, seconds=seconds, tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
         mean_k=mean_k, model_steps=len(by_model), lookup_steps=sum(1 for e in drafting if e.drafter == "lookup"),
+        head_steps=sum(1 for e in drafting if e.drafter == "head"),
         draft_pass_s=times.draft_pass_s, model_draft_pass_s=times.model_draft_pass_s, target_pass_s=times.target_pass_s,
         verify_pass_s=times.verify_pass_s, step_s=times.step_s, decode_step_s=decode_step_s,
         decode_step_from=decode_step_from, cost_ratio_c=c, draft_model_c=draft_c, verify_cost=verify,
