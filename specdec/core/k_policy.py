@@ -173,8 +173,8 @@ class CostK:
     lookup on a match) neither count as its plain steps nor end its run of them, so lookup drafting
     on a spurious match now and then cannot keep the draft model's probe from coming. The wait
     doubles after each probe that does not bring drafting back (up to PROBE_MAX), so on text where
-    drafting never pays the probes cost at most one K = 1 step in PROBE_AFTER, and ever fewer. A fixed schedule of step counts, not a random draw or a timer, keeps
-    seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
+    drafting never pays the probes cost at most one K = 1 step in PROBE_AFTER, and ever fewer. A
+    fixed schedule of step counts, not a random draw or a timer, keeps seeded runs reproducible. A probe is the one step the policy takes knowing it is predicted
     slower than plain decoding; its predicted_tok_s is the rate at K = 1, below the plain rate.
     A probe asks whether the text turned easy, so none is made where drafting would not pay at this
     step's prices even at the drafter's highest recorded acceptance on any kind of text (its ceiling
