@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specdec.bench.policies import mode_config
-from specdec.bench.predictions import catch_ups
+from specdec.bench.predictions import catch_ups, priced_draft_s
 from specdec.core import k_policy
 from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
@@ -74,15 +74,17 @@ class Shared(dict):
 
 
 def priced_s(events, costs) -> float:
-    """The run's time from the cost table: each step's target pass, draft passes and overhead."""
+    """The run's time from the cost table: each step's target pass, its drafts as the policy prices
+    them (bench --predictions' priced_draft_s) and its overhead; a step whose drafts the head withdrew
+    as unsure paid for the head's first draft."""
     fed, seconds = catch_ups(events), 0.0
     for e in events:
         n = len(e.drafted)
-        if e.drafter == "model" and n:
-            seconds += costs.draft_pass_s(fed[e.step]) + (n - 1) * costs.draft_s
-        elif e.drafter == "head" or (n == 0 and e.withdrawn_why):  # the head drafted (or drafted and withdrew)
-            seconds += (costs.head_first_s or costs.head_s) + max(n - 1, 0) * costs.head_s
-        seconds += costs.target_pass_s(n + 1) + (k_policy.step_overhead_s(costs) if n else 0.0)
+        if n:
+            seconds += priced_draft_s(e, fed, costs) + k_policy.step_overhead_s(costs)
+        elif e.withdrawn_why:
+            seconds += costs.head_s if costs.head_first_s is None else costs.head_first_s
+        seconds += costs.target_pass_s(n + 1)
     return seconds
 
 

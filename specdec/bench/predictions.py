@@ -81,23 +81,34 @@ def catch_ups(events) -> dict[int, int]:
 
 def priced_c(events, costs) -> float | None:
     """The c the cost K policy priced this run's drafting at, per drafted token (as the run's own c is
-    counted: specdec.measure.metrics): the draft model's first pass of a step at its catch-up
-    (costs.draft_pass_s), the passes after it at draft_s, the head's first draft of a step at
-    head_first_s and the drafts after it at head_s, prompt lookup at 0. None: nothing drafted, or
-    the table lacks a drafter's cost."""
+    counted: specdec.measure.metrics), each drafting step at priced_draft_s. None: nothing drafted,
+    or the table lacks a drafter's cost."""
     drafting = [e for e in events if e.drafted]
     if costs is None or not drafting:
         return None
     fed, seconds = catch_ups(events), 0.0
     for e in drafting:
-        if e.drafter == "model" and costs.draft_s is not None:
-            seconds += costs.draft_pass_s(fed[e.step]) + (len(e.drafted) - 1) * costs.draft_s
-        elif e.drafter == "head" and costs.head_s is not None:
-            first = costs.head_s if costs.head_first_s is None else costs.head_first_s
-            seconds += first + (len(e.drafted) - 1) * costs.head_s
-        elif e.drafter != "lookup":
+        step_s = priced_draft_s(e, fed, costs)
+        if step_s is None:
             return None
+        seconds += step_s
     return seconds / sum(len(e.drafted) for e in drafting) / costs.decode_step_s
+
+
+def priced_draft_s(event, fed: dict[int, int], costs) -> float | None:
+    """What the cost K policy prices a drafting step's drafts at: the draft model's first pass at its
+    catch-up (costs.draft_pass_s over fed[step] tokens, `fed` from catch_ups), the passes after it at
+    draft_s; the head's first draft at head_first_s and the drafts after it at head_s; prompt lookup
+    at 0. None: the table lacks that drafter's cost."""
+    n = len(event.drafted)
+    if event.drafter == "model" and costs.draft_s is not None:
+        return costs.draft_pass_s(fed[event.step]) + (n - 1) * costs.draft_s
+    if event.drafter == "head" and costs.head_s is not None:
+        first = costs.head_s if costs.head_first_s is None else costs.head_first_s
+        return first + (n - 1) * costs.head_s
+    if event.drafter == "lookup":
+        return 0.0
+    return None
 
 
 def largest_gap(rows: list[PromptPrediction]) -> float | None:
