@@ -184,8 +184,9 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = (f", draft variant {config.draft_variant}" if config.uses_draft_model
-              else f", drafter: the trained head ({head_label(pair, config)})" if config.uses_head else "")
+    drafts = ", ".join(([f"draft variant {config.draft_variant}"] if config.uses_draft_model else [])
+                       + ([f"drafter: the trained head ({head_label(pair, config)})"] if config.uses_head else []))
+    drafts = f", {drafts}" if drafts else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
                           f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "

@@ -167,7 +167,7 @@ def _c_value(m: RunMetrics) -> str:
         return "\u2014"
     if m.lookup_steps and not m.model_steps and not m.head_steps:  # lookup alone
         return "0 (lookup)"
-    if m.lookup_steps and m.model_steps:
+    if m.model_steps and (m.lookup_steps or m.head_steps):  # a blend: the draft model's own figure beside it
         return f"{m.cost_ratio_c:.3f} (model {m.draft_model_c:.3f})"
     return f"{m.cost_ratio_c:.3f}"
 
@@ -175,6 +175,11 @@ def _c_value(m: RunMetrics) -> str:
 def _c_help(m: RunMetrics) -> str:
     if m.lookup_steps and not m.model_steps and not m.head_steps:
         return "Prompt lookup costs no draft pass: it copies tokens from the prompt, so c is about 0."
+    if m.model_steps and m.head_steps:
+        lookup = [f"{m.lookup_steps} by prompt lookup (no draft pass)"] if m.lookup_steps else []
+        by = ", ".join([*lookup, f"{m.head_steps} by the trained head", f"{m.model_steps} by the draft model"])
+        return (f"Drafter auto (head or draft model): steps drafted {by}, each by the drafter the cost K policy "
+                "priced faster; the first figure blends them, the second is the draft model's own.")
     if m.model_steps and m.lookup_steps:
         return (f"Drafter auto: {m.lookup_steps} steps by prompt lookup (no draft pass) and {m.model_steps} by the "
                 "draft model; the first figure blends both, the second is the draft model's own.")

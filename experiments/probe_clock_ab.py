@@ -44,18 +44,11 @@ def rule(shared_clock: bool = False, caught_up: bool = False) -> type:
             if shared_clock:  # one count for every drafter: every key reads and writes the same value
                 self.plain_run, self.wait = Shared(0), Shared(self.PROBE_AFTER)
 
-        def choose(self, drafter: str = "model", unseen: int = 1) -> k_policy.Choice:
+        def may_probe(self, drafter: str, unseen: int) -> bool:
             if not caught_up or drafter != "model":
-                return super().choose(drafter, unseen)
-            alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
-            first_s = self.costs.draft_pass_s(unseen)
-            best = k_policy.best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-            if best.k > 0 or not k_policy.could_pay(self.ceilings[drafter], draft_s, self.costs, self.k_max,
-                                                    self.costs.draft_pass_s(1)):
-                return best
-            if self.plain_run[drafter] >= self.wait[drafter]:
-                return k_policy.Choice(1, k_policy.predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
-            return best
+                return super().may_probe(drafter, unseen)
+            return k_policy.could_pay(self.ceilings[drafter], self.draft_s(drafter), self.costs, self.k_max,
+                                      self.costs.draft_pass_s(1))
 
     return Rule
 

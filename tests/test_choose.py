@@ -77,3 +77,16 @@ def test_a_measurement_survives_json_and_a_damaged_one_is_not_trusted():
     assert choose.from_json(data) is None
     assert choose.from_json({**m.as_json(), "version": 0}) is None
     assert choose.from_json({"format": choose.FORMAT, "version": choose.VERSION}) is None
+
+
+def test_where_the_head_is_chosen_the_draft_model_stands_by_if_it_was_measured():
+    """The head chosen: the run's drafter is auto_both (the cost K policy drafts each step with the
+    head or the draft model, whichever it prices faster); auto_head where no draft model was measured."""
+    tables, drafts, heads = recorded_tables("intel_amx")
+    head_wins = {k: DraftCost(c.step_s / 4, c.step_s / 4) for k, c in heads.items()}  # a head cheap enough to win
+    found = choose.candidates(tables, drafts, head_wins)
+    m = choose.Measured("qwen2.5-coder-1.5b/0.5b", "intel_amx", "bf16", tuple(found), choose.fastest(found))
+    assert m.chosen.drafter == "head" and m.defaults().drafter == "auto_both" and m.defaults().draft_variant in drafts
+    alone = choose.candidates(tables, {}, head_wins)
+    m = choose.Measured("qwen2.5-coder-1.5b/0.5b", "intel_amx", "bf16", tuple(alone), choose.fastest(alone))
+    assert m.chosen.drafter == "head" and m.defaults().drafter == "auto_head"

@@ -120,6 +120,9 @@ class ScriptedK:
 
         return Choice(3 if self.step in self.drafting else 0)
 
+    def choose_among(self, options):
+        return len(options) - 1, self.choose()
+
     def update(self, choice, drafted, accepted, drafter="model"):
         self.step += 1
 
@@ -381,10 +384,10 @@ def test_the_bench_runs_the_head_modes(tiny_pair, monkeypatch, tmp_path):
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # best_head's cost table is measured there
     prompts = [{"id": "add", "prompt": PROMPT, "chat": False}]
-    report = bench(tiny_pair, prompts, modes=["plain", "head", "best_head"], k=3, max_new_tokens=16, warmup_tokens=2,
-                   log=lambda line: None)
+    report = bench(tiny_pair, prompts, modes=["plain", "head", "best_head", "best_both"], k=3, max_new_tokens=16,
+                   warmup_tokens=2, log=lambda line: None)
     summary = report["summary"]
-    assert summary["all_identical_to_plain"] == {"head": True, "best_head": True}
+    assert summary["all_identical_to_plain"] == {"head": True, "best_head": True, "best_both": True}
     by_position = summary["acceptance_by_position"]["head"]["rates"]
     assert 1 <= len(by_position) <= 3 and all(r is None or 0 <= r <= 1 for r in by_position)
     assert "head" in summary["cost_ratio_c"] and summary["fastest_exact"] is not None
@@ -457,3 +460,27 @@ def test_the_shipped_head_is_whole_small_and_keyed_to_the_embedded_target():
     target = bundle_models(BUNDLE_NAME)[0]
     assert stored.record["target"]["name"] == target.key and stored.record["target"]["weights_sha256"] == target.sha256
     assert path.stat().st_size <= 32e6
+
+
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_auto_both_turns_to_the_draft_model_where_the_head_does_not_pay(tiny_pair, plain, unsure_head_file, monkeypatch,
+                                                                        runner):
+    """auto_both: prompt lookup on a match, else whichever of the head and the draft model the cost K
+    policy prices faster this step. Both start from the same acceptance, and the head is the cheaper
+    (c = 0.05 against the draft model's 0.2), so the head is asked first; this head is always unsure,
+    so its estimate falls, and the draft model drafts the rest of the run. The output is plain
+    decoding's."""
+    from specdec.core import k_policy
+    from specdec.measure.passcost import PassCosts
+
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: unsure_head_file)
+    monkeypatch.setattr(k_policy, "recorded_priors", lambda: {"model": 0.5, "head": 0.5, "lookup": 0.5})
+    sizes = (1, 2, 3, 4, 6, 8, 12, 16)
+    costs = PassCosts(sizes, tuple(0.2 + 0.005 * n for n in sizes), 0.04, 200, 3, head_s=0.01)
+    config = head_config(drafter="auto_both", k_policy="cost", k_max=6, runner=runner)
+    events = run_checked(tiny_pair, PROMPT, config, costs=costs)
+    assert tokens(events) == plain
+    head_asked = [e.step for e in events if e.withdrawn_why]  # the head's steps: every draft of it withdrawn
+    model = [e.step for e in events if e.drafter == "model"]
+    assert head_asked and model and max(head_asked) < min(model) and len(head_asked) <= 3
+    assert sum(e.accepted for e in events if e.drafter == "model") > 0

@@ -344,13 +344,14 @@ def test_the_run_asks_the_policy_with_the_tokens_the_draft_model_has_not_read(ti
     from tests.support.runs import run_checked
 
     asked = []
-    original = CostK.choose
+    original = CostK.choose_among
 
-    def spy(self, drafter="model", unseen=1):
-        asked.append((drafter, unseen))
-        return original(self, drafter, unseen)
+    def spy(self, options):
+        (option,) = options  # auto offers one drafter a step: lookup on a match, else the draft model
+        asked.append(option)
+        return original(self, options)
 
-    monkeypatch.setattr(CostK, "choose", spy)
+    monkeypatch.setattr(CostK, "choose_among", spy)
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
     costs = PassCosts((1, 2, 3, 4, 6, 8, 12, 16), tuple(0.01 * (1 + 0.03 * n) for n in (1, 2, 3, 4, 6, 8, 12, 16)), 0.012, 200, 3)
     config = GenerationConfig(k=2, k_policy="cost", k_max=6, drafter="auto", max_new_tokens=40)
@@ -408,3 +409,57 @@ def test_the_draft_models_first_pass_of_a_step_is_priced_cold_even_when_caught_u
     sure = CostK(cold, 5, {"model": 0.9, "lookup": 0.9, "head": 0.9}).choose("model", unseen=1)  # one cold pass, four warm
     assert sure.k > 1 and sure.predicted_tok_s == pytest.approx(
         expected_tokens_per_pass(0.9, sure.k) / (0.07 + (sure.k - 1) * 0.04 + cold.target_pass_s(sure.k + 1) + OVERHEAD_STEPS * 0.20))
+
+
+# --- auto_both: the head or the draft model, whichever is priced faster ------------------------------
+
+BOTH = PassCosts(SIZES, FLAT.target_s, 0.06, 200, 3, head_s=0.01)  # the draft model at c = 0.3, the head at 0.05
+
+
+def test_both_offered_the_drafter_predicted_faster_drafts():
+    policy = CostK(BOTH, 8, {"model": 0.6, "head": 0.6, "lookup": 0.5})
+    index, choice = policy.choose_among([("model", 1), ("head", 1)])
+    assert index == 1 and choice.k > 0  # alike acceptance: the cheaper head
+    assert choice.predicted_tok_s == policy.choose("head").predicted_tok_s > policy.choose("model").predicted_tok_s
+    for _ in range(6):  # the head's drafts are turned down, step after step
+        policy.update(policy.choose("head"), 3, 0, "head")
+    policy.estimates["model"] = AcceptanceEstimate(0.9)  # and the draft model's are taken
+    index, choice = policy.choose_among([("model", 1), ("head", 1)])
+    assert index == 0 and choice.k > 0 and choice.predicted_tok_s == policy.choose("model").predicted_tok_s
+
+
+def test_both_paused_each_counts_its_plain_steps_and_the_first_due_probes_then_the_other():
+    policy = CostK(BOTH, 8, {"model": 0.1, "head": 0.02, "lookup": 0.5})
+    both = [("model", 1), ("head", 1)]
+    steps = []
+    for _ in range(CostK.PROBE_AFTER + 2):
+        index, choice = policy.choose_among(both)
+        steps.append((index, choice.k, choice.probe))
+        policy.update(choice, choice.k, 0, both[index][0])  # a probe's draft is turned down
+    assert steps[: CostK.PROBE_AFTER] == [(1, 0, False)] * CostK.PROBE_AFTER
+    assert steps[CostK.PROBE_AFTER:] == [(0, 1, True), (1, 1, True)]  # the draft model's probe first, the head's the next step
+    assert policy.wait == {"model": 16, "head": 16, "lookup": CostK.PROBE_AFTER}
+
+
+def test_a_paused_step_with_both_offered_says_why_for_each():
+    policy = CostK(BOTH, 8, {"model": 0.1, "head": 0.02, "lookup": 0.5})
+    index, choice = policy.choose_among([("model", 1), ("head", 1)])
+    assert choice.paused and choice.k == 0
+    model, head = choice.why.split("; with ")
+    assert model.startswith("with the draft model, drafting would cost more than it saves here: c = 0.30, \u03b1 = 0.10")
+    assert head.startswith("the trained head, drafting would cost more than it saves here: c = 0.05, \u03b1 = 0.02")
+
+
+def test_a_drafter_that_would_have_drafted_but_lost_does_not_count_a_plain_step():
+    policy = CostK(BOTH, 8, {"model": 0.7, "head": 0.9, "lookup": 0.5})
+    policy.plain_run["model"] = 5
+    index, choice = policy.choose_among([("model", 1), ("head", 1)])
+    assert index == 1 and policy.asked == {"model": False, "head": False}
+    policy.update(choice, choice.k, choice.k, "head")
+    assert policy.plain_run == {"model": 0, "head": 0, "lookup": 0}
+
+
+@pytest.mark.parametrize("policy", [FixedK(3), AdaptiveK(3, 8)])
+def test_without_prices_the_last_drafter_offered_drafts(policy):
+    assert policy.choose_among([("model", 1), ("head", 1)]) == (1, policy.choose())
+    assert policy.choose_among([("lookup", 1)]) == (0, policy.choose())

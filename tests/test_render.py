@@ -147,6 +147,10 @@ def test_c_says_prompt_lookup_costs_no_draft_pass():
     with_head = [replace(events[0], drafter="lookup", draft_s=0.0), replace(events[1], drafter="head", draft_s=0.008)]
     html = render_stats(summarize(with_head, decode_step_s=0.05, decode_step_from="the plain run"))
     assert "0 (lookup)" not in html and "0.040" in html and "by the trained head" in html  # 8 ms over 4 drafted tokens
+    # auto_both: the head's steps and the draft model's, each priced faster where it drafted: the blend, then the model's own
+    both = [replace(events[0], drafter="head", draft_s=0.008), replace(events[1], drafter="model", draft_s=0.04)]
+    html = render_stats(summarize(both, decode_step_s=0.05, decode_step_from="the plain run"))
+    assert "0.240 (model 0.400)" in html and "steps drafted 1 by the trained head, 1 by the draft model" in html
 
 
 def test_tokens_carry_their_step():

@@ -50,7 +50,7 @@ BAD = [  # (settings, what the status line must say)
     ({"top_k": -1}, "top_k must be an integer >= 0, got -1"),
     ({"top_k": 1.5}, "top_k must be an integer >= 0, got 1.5"),
     ({"seed": None}, "seed must be an integer >= 0, got None"),
-    ({"drafter": "oracle"}, "drafter must be one of model, lookup, head, auto, auto_head, none, got 'oracle'"),
+    ({"drafter": "oracle"}, "drafter must be one of model, lookup, head, auto, auto_head, auto_both, none, got 'oracle'"),
     ({"pair": "gpt-9/1b"}, "pair must be one of tiny-random, smollm2-1.7b/135m, got 'gpt-9/1b'"),
     ({"pair": "qwen2.5-coder-7b/0.5b"}, "pair 'qwen2.5-coder-7b/0.5b' is not offered here (needs a GPU)"),
     ({"pair": ["tiny-random"]}, "pair must be one of tiny-random, smollm2-1.7b/135m, got ['tiny-random']"),

@@ -6,11 +6,11 @@ modes without importing the benchmark, which imports them: the dependency runs o
 
 from specdec.engines.bench_servers import SERVED_MODES
 
-OUR_MODES = ("plain", "spec", "lookup", "best", "head", "best_head", "page", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
+OUR_MODES = ("plain", "spec", "lookup", "best", "head", "best_head", "best_both", "page", "plain_int4")  # our engine; plain_int4: plain decoding, int4 target (lossy)
 # page: what the page and generate start on here when nothing is named (its drafter, draft variant and K
 # policy: specdec.serving.defaults_here.start_defaults), on each target kernel the bench runs
-HEAD_MODES = ("head", "best_head")  # our modes where the trained head drafts (docs/head.md)
-DRAFT_MODES = ("spec", "best")  # our modes that run the draft model: --draft-variant applies to them
+HEAD_MODES = ("head", "best_head", "best_both")  # our modes where the trained head drafts (docs/head.md)
+DRAFT_MODES = ("spec", "best", "best_both")  # our modes that run the draft model: --draft-variant applies to them
 HF = ("hf_assisted", "hf_lookup", "hf_assisted_cpulinear", "hf_lookup_cpulinear")  # transformers' generate, same models
 # *_cpulinear: transformers' loop with our CPU matmul choices (kernels.cpu_linear.CpuLinear), which
 # separates what the loop costs from what the kernels cost.

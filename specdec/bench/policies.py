@@ -43,6 +43,8 @@ def mode_config(mode: str, k: int, max_new_tokens: int, schedule: str, variant: 
         return replace(base, drafter="head", k_policy=policy, k_max=MAX_K, draft_variant=DENSE)
     if mode == "best_head":
         return best_head_config(base)
+    if mode == "best_both":
+        return best_both_config(base)
     if mode == "page":
         if start is None:
             raise ValueError("the page mode needs what the page starts on (start_defaults)")
@@ -64,6 +66,13 @@ def best_head_config(base: GenerationConfig) -> GenerationConfig:
     the head otherwise (`auto_head`), K from the cost table (the head's own measured step as its
     draft cost: the table's head_s, specdec.measure.cost_table) within 0..8."""
     return replace(base, drafter="auto_head", k_policy="cost", k_max=8, draft_variant=DENSE)
+
+
+def best_both_config(base: GenerationConfig) -> GenerationConfig:
+    """best_head with the draft model standing by (`auto_both`): prompt lookup on a match, else the
+    head or the draft model, whichever the cost K policy prices faster this step, K within 0..8; the
+    draft model stops early when unsure, as in best."""
+    return replace(best_head_config(base), drafter="auto_both", draft_variant=base.draft_variant, draft_confidence=0.4)
 
 
 def page_config(base: GenerationConfig, start: MachineDefaults) -> GenerationConfig:

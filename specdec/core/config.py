@@ -9,7 +9,7 @@ from specdec.core.variant_names import DENSE, canonical, parse_kernel, variant_p
 
 MAX_K = 32  # longest draft the engine accepts
 MAX_NEW_TOKENS_CAP = 2048  # longest generation the engine accepts
-DRAFTERS = ("model", "lookup", "head", "auto", "auto_head", "none")  # who drafts: specdec/core/proposers/
+DRAFTERS = ("model", "lookup", "head", "auto", "auto_head", "auto_both", "none")  # who drafts: specdec/core/proposers/
 K_POLICIES = ("fixed", "adaptive", "cost")  # specdec/core/k_policy.py
 RUNNERS = ("eager", "static", "compiled")  # how both models' passes run (specdec/core/runners/)
 
@@ -25,7 +25,7 @@ class GenerationConfig:
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
     top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1 = off
     seed: int = 0  # seeds the one random generator of a run (never reseeded inside the loop)
-    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; head: a layer on the target's features; auto: lookup, else model; auto_head: lookup, else head; none: plain
+    drafter: str = "model"  # model: the draft model; lookup: prompt n-grams; head: a layer on the target's features; auto: lookup, else model; auto_head: lookup, else head; auto_both: lookup, else the head or the draft model, whichever the cost K policy prices faster; none: plain
     lookup_ngram: int = 3  # longest n-gram prompt lookup tries to match (it falls back to shorter ones)
     draft_variant: str = DENSE  # the draft as run: dense (as loaded) | int8 | int4 | w8a8 | w4a8, optionally -v16k / -v32k (specdec/core/variant_names.py)
     target_kernel: str = DENSE  # the target as run: dense (as loaded) | int8 | q4k | w8a8 | w4a8 (specdec/core/variant_names.py)
@@ -48,18 +48,19 @@ class GenerationConfig:
     @property
     def uses_draft_model(self) -> bool:
         """The draft model drafts some steps (it is built, loaded and run)."""
-        return self.drafter in ("model", "auto")
+        return self.drafter in ("model", "auto", "auto_both")
 
     @property
     def uses_lookup(self) -> bool:
-        """Prompt lookup drafts some steps (all of them with "lookup"; where it matches with "auto" and "auto_head")."""
-        return self.drafter in ("lookup", "auto", "auto_head")
+        """Prompt lookup drafts some steps (all of them with "lookup"; where it matches with the auto drafters)."""
+        return self.drafter in ("lookup", "auto", "auto_head", "auto_both")
 
     @property
     def uses_head(self) -> bool:
-        """The trained head drafts (every step with "head"; where lookup has nothing with "auto_head"). It
-        reads the target's features (specdec/core/proposers/head.py), so it settles after every step either way."""
-        return self.drafter in ("head", "auto_head")
+        """The trained head drafts (every step with "head"; where lookup has nothing with "auto_head", and
+        there where the cost K policy prices it faster than the draft model with "auto_both"). It reads
+        the target's features (specdec/core/proposers/head.py), so it settles after every step either way."""
+        return self.drafter in ("head", "auto_head", "auto_both")
 
     @property
     def needs_cost_table(self) -> bool:

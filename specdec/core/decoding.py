@@ -25,7 +25,7 @@ import torch
 from specdec.core.config import GenerationConfig
 from specdec.core.events import BONUS, CORRECTION, EOS_ACCEPTED, FINISH_EOS, FINISH_LENGTH, PLAIN, StepEvent
 from specdec.core.k_policy import Choice, make_policy
-from specdec.core.proposers import pick, proposers_for
+from specdec.core.proposers import candidates, proposers_for
 from specdec.core.run_parts import RunParts
 from specdec.core.runners.runner import Checked
 from specdec.core.text import TextTracker
@@ -39,7 +39,7 @@ class Decoding:
                  stop: threading.Event | None = None):
         self.parts, self.config, self.stop = parts, config, stop
         self.generator = torch.Generator(device=parts.device).manual_seed(config.seed)  # seeded once per run
-        self.proposers = proposers_for(parts, config, self.generator)  # who may draft, in the order pick() asks them
+        self.proposers = proposers_for(parts, config, self.generator)  # who may draft (candidates() says who may each step)
         self.runner = parts.runner(parts, config, self.generator, self.proposers)  # the run's tensor side
         self.policy = make_policy(config, parts.costs, parts.head.prior if parts.head is not None else None)
         self.seq = list(prompt_ids)  # prompt + emitted tokens
@@ -69,9 +69,10 @@ class Decoding:
         for step in range(self.config.max_new_tokens):
             if self.stop is not None and self.stop.is_set():
                 return
-            proposer = pick(self.proposers, self.seq)
+            options = candidates(self.proposers, self.seq)
+            index, choice = self.policy.choose_among([(p.name, p.unseen(self.seq)) for p in options])
+            proposer = options[index] if options else None
             who = proposer.name if proposer is not None else ""
-            choice = self.policy.choose(who, proposer.unseen(self.seq) if proposer is not None else 1)
             k = min(choice.k, self.config.max_new_tokens - self.total - 1)  # room for the target's own token
             if proposer is not None and k > 0:
                 with self.clock.held():  # what it left unread (the draft model: the prompt) is prompt processing

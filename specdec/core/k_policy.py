@@ -42,6 +42,9 @@ from specdec.core.theory import expected_tokens_per_pass
 OVERHEAD_STEPS = 0.01
 
 
+DRAFTER_NAMES = {"model": "the draft model", "head": "the trained head", "lookup": "prompt lookup"}
+
+
 @dataclass(frozen=True)
 class Choice:
     k: int  # draft length asked for this step (0: draft nothing)
@@ -63,12 +66,22 @@ class Costs(Protocol):
     def draft_pass_s(self, n: float) -> float | None: ...  # seconds of a step's first draft-model pass, feeding n tokens
 
 
+def last_option(policy, options: list[tuple[str, int]]) -> tuple[int, Choice]:
+    """A policy without prices to compare drafters by (fixed, adaptive) drafts with the last of the
+    step's options: the head where the draft model and the head are both offered (`auto_both`
+    drafts as `auto_head` does then). options: (drafter, unseen) of each who may draft this step."""
+    return max(len(options) - 1, 0), policy.choose(options[-1][0] if options else "", options[-1][1] if options else 1)
+
+
 class FixedK:
     def __init__(self, k: int):
         self.k = k
 
     def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         return Choice(self.k)
+
+    def choose_among(self, options: list[tuple[str, int]]) -> tuple[int, Choice]:
+        return last_option(self, options)
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
         pass
@@ -82,6 +95,9 @@ class AdaptiveK:
 
     def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
         return Choice(self.k)
+
+    def choose_among(self, options: list[tuple[str, int]]) -> tuple[int, Choice]:
+        return last_option(self, options)
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
         if drafted:
@@ -195,6 +211,11 @@ class CostK:
     holds the head), each further one at head_s (specdec.measure.cost_table). Each drafter's
     estimate starts from `priors` (drafter -> alpha; default: the recorded acceptance of
     specdec.core.recorded_acceptance).
+
+    `choose_among`: where a step may be drafted by more than one drafter (`auto_both`: the draft
+    model and the head, where prompt lookup has no match), each one's best K is priced and the faster
+    drafts. A step where neither pays is a plain step for each (its probe comes after its own plain
+    steps); one that would have drafted but lost to the other is not.
     """
 
     PROBE_AFTER = 8  # plain steps in a row before a probe
@@ -207,6 +228,7 @@ class CostK:
         self.ceilings = {d: max(priors.get(d, FALLBACK), recorded_highest(d)) for d in self.estimates}  # what a probe may find
         self.plain_run = dict.fromkeys(self.estimates, 0)  # drafter -> K = 0 steps it was asked for, in a row
         self.wait = dict.fromkeys(self.estimates, self.PROBE_AFTER)  # drafter -> its plain steps before its next probe
+        self.asked: dict[str, bool] = {}  # drafter -> whether its best K was 0, of the drafters asked about the last step
 
     def draft_s(self, drafter: str) -> float:
         if drafter == "lookup":
@@ -218,28 +240,56 @@ class CostK:
         return float(seconds)
 
     def choose(self, drafter: str = "model", unseen: int = 1) -> Choice:
-        alpha, draft_s = self.estimates[drafter].alpha, self.draft_s(drafter)
+        return self.choose_among([(drafter, unseen)])[1]
+
+    def choose_among(self, options: list[tuple[str, int]]) -> tuple[int, Choice]:
+        """Who of the step's `options` ((drafter, unseen) of each who may draft it: prompt lookup alone
+        where it matches, else the draft model and/or the head) drafts, and how many tokens: the
+        drafter whose best K is predicted fastest, among those whose best K drafts; where none does,
+        the first whose probe is due; else a plain step (the index of the last option, K = 0)."""
+        choices = [self.best_for(drafter, unseen) for drafter, unseen in options]
+        self.asked = {drafter: choice.k == 0 for (drafter, _), choice in zip(options, choices)}  # drafter -> paused this step
+        drafting = [i for i, choice in enumerate(choices) if choice.k > 0]
+        if drafting:
+            i = max(drafting, key=lambda i: (choices[i].predicted_tok_s, -i))
+            return i, choices[i]
+        whys = []
+        for i, ((drafter, unseen), best) in enumerate(zip(options, choices)):
+            if not self.may_probe(drafter, unseen):
+                whys.append(f"{best.why}; not even at \u03b1 = {self.ceilings[drafter]:.2f}, its highest recorded, so no probe follows")
+            elif self.plain_run[drafter] >= self.wait[drafter]:
+                rate = predicted_rate(1, self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.first_s(drafter, unseen))
+                return i, Choice(1, rate, probe=True)
+            else:
+                whys.append(best.why)
+        if len(whys) > 1:  # both the draft model and the head were asked
+            whys = [f"with {DRAFTER_NAMES[drafter]}, {why}" for (drafter, _), why in zip(options, whys)]
+        return len(options) - 1, replace(choices[-1], why="; ".join(whys))
+
+    def may_probe(self, drafter: str, unseen: int) -> bool:
+        """Whether drafting would pay at this step's prices at the drafter's ceiling: a probe asks
+        whether the text turned that easy."""
+        return could_pay(self.ceilings[drafter], self.draft_s(drafter), self.costs, self.k_max, self.first_s(drafter, unseen))
+
+    def first_s(self, drafter: str, unseen: int) -> float | None:
+        """What the drafter's first draft of a step costs where it is more than a further one (None: no more)."""
         if drafter == "head":  # the first draft of a step reads the head's weights from memory again
-            first_s = getattr(self.costs, "head_first_s", None)
-        else:
-            first_s = self.costs.draft_pass_s(unseen) if drafter == "model" else None
-        best = best_choice(alpha, draft_s, self.costs, self.k_max, first_s, unseen)
-        if best.k > 0:
-            return best
-        ceiling = self.ceilings[drafter]
-        if not could_pay(ceiling, draft_s, self.costs, self.k_max, first_s):
-            return replace(best, why=f"{best.why}; not even at \u03b1 = {ceiling:.2f}, its highest recorded, so no probe follows")
-        if self.plain_run[drafter] >= self.wait[drafter]:
-            return Choice(1, predicted_rate(1, alpha, draft_s, self.costs, first_s), probe=True)
-        return best
+            return getattr(self.costs, "head_first_s", None)
+        return self.costs.draft_pass_s(unseen) if drafter == "model" else None
+
+    def best_for(self, drafter: str, unseen: int) -> Choice:
+        """The drafter's best K at its estimate and this step's prices (K = 0: it would not pay)."""
+        return best_choice(self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.k_max,
+                           self.first_s(drafter, unseen), unseen)
 
     def update(self, choice: Choice, drafted: int, accepted: int, drafter: str = "model") -> None:
         self.estimates[drafter].update(drafted, accepted)
+        for other, paused in (self.asked or {drafter: choice.k == 0}).items():
+            if other != drafter or choice.k == 0:  # asked, and did not draft: a plain step for it, unless it would have drafted
+                self.plain_run[other] = self.plain_run[other] + 1 if paused else 0
         if choice.probe:
             self.plain_run[drafter], self.wait[drafter] = 0, min(2 * self.wait[drafter], self.PROBE_MAX)
-        elif choice.k == 0:
-            self.plain_run[drafter] += 1
-        else:
+        elif choice.k > 0:
             self.plain_run[drafter], self.wait[drafter] = 0, self.PROBE_AFTER
 
 

@@ -10,9 +10,10 @@ and a drafter that does not pay there is listed at the plain rate, with the reas
 The choice is the predicted fastest (on a tie: plain steps before a drafter, then the cheaper
 draft). The run starts on it with the cost K policy, so what the prediction says is what each step
 does: where the model drafts, the `auto` drafter (prompt lookup where the prompt repeats, a free
-draft the policy prices at c = 0, else the draft model); where no drafter pays, plain steps (lookup
-still drafts where it pays). Pure: the tables come in measured (specdec.serving.defaults_here measures
-and caches them); a Measured is written to and read from JSON.
+draft the policy prices at c = 0, else the draft model); where the head drafts, `auto_both` (the
+same, with the head or the draft model, whichever the policy prices faster each step); where no
+drafter pays, plain steps (lookup still drafts where it pays). Pure: the tables come in measured
+(specdec.serving.defaults_here measures and caches them); a Measured is written to and read from JSON.
 """
 
 from __future__ import annotations
@@ -121,7 +122,15 @@ class Measured:
         return fastest(models).draft_variant if models else self.default_variant
 
     def defaults(self) -> MachineDefaults:
-        drafter = "auto_head" if self.chosen.drafter == "head" else "auto"  # prompt lookup first, where it matches
+        """Prompt lookup first, where it matches. Where the head is chosen and the draft model was
+        measured too, the draft model stands by (`auto_both`): the cost K policy drafts each step with
+        whichever it prices faster, so text the head does not know (a translation, where it is
+        accepted on 1 draft in 12 and the draft model on 35 in 42) is drafted by the draft model."""
+        if self.chosen.drafter == "head":
+            measured_model = any(c.drafter == "model" and c.target_kernel == self.chosen.target_kernel for c in self.candidates)
+            drafter = "auto_both" if measured_model else "auto_head"
+        else:
+            drafter = "auto"
         return MachineDefaults(self.chosen.target_kernel, self.variant, drafter, RUNNER, "cost", self.line)
 
     @property

@@ -1,5 +1,5 @@
-"""Who drafts: every proposer makes a Draft through one interface, and one rule picks which of a
-run's proposers drafts each step.
+"""Who drafts: every proposer makes a Draft through one interface, and one rule says which of a
+run's proposers may draft each step (the K policy chooses among them: specdec.core.k_policy).
 
 A proposer lives for one run. The runner (specdec.core.runners.runner) starts it once the prompt is
 in, asks it for up to K tokens when it drafts a step, and tells it after every step what the target
@@ -19,18 +19,18 @@ from specdec.core.proposers.head import HeadProposer
 from specdec.core.proposers.lookup import LookupProposer
 from specdec.core.proposers.model import ModelProposer
 
-__all__ = ["Draft", "Proposer", "nothing", "pick", "proposers_for"]
+__all__ = ["Draft", "Proposer", "candidates", "nothing", "proposers_for"]
 
 
 def proposers_for(parts, config, generator) -> list[Proposer]:
-    """A run's proposers, in the order pick() asks them (GenerationConfig.drafter): prompt lookup
-    and/or the draft model or the head; none for plain decoding."""
+    """A run's proposers (GenerationConfig.drafter): prompt lookup first where it drafts, then the
+    draft model and/or the head; none for plain decoding."""
     proposers: list[Proposer] = []
     if config.uses_lookup:
         # With the draft model behind it ("auto"), lookup must match at least 2 tokens: a lone
         # 1-token match guesses worse than the draft model (on the bench prompts, acceptance 0.47
         # against 0.58, and 1.31x against 1.51x over plain; docs/benchmarks.md). The head behind
-        # it ("auto_head") keeps the same rule.
+        # it ("auto_head", "auto_both") keeps the same rule.
         behind = config.uses_draft_model or config.uses_head
         proposers.append(LookupProposer(config.lookup_ngram, 2 if behind else 1))
     if config.uses_draft_model:
@@ -42,10 +42,12 @@ def proposers_for(parts, config, generator) -> list[Proposer]:
     return proposers
 
 
-def pick(proposers: list[Proposer], seq: list[int]) -> Proposer | None:
-    """Who drafts this step: the first of the run's proposers that has a draft after `seq` (prompt
-    lookup first, where it matches), else the last (the run's fallback); None: nothing drafts."""
-    for proposer in proposers[:-1]:
-        if proposer.has_draft(seq):
-            return proposer
-    return proposers[-1] if proposers else None
+def candidates(proposers: list[Proposer], seq: list[int]) -> list[Proposer]:
+    """Who may draft this step, for the K policy to choose among: prompt lookup alone where it has a
+    match after `seq` or drafts alone, else the run's other proposers (the draft model and/or the
+    head); none: nothing drafts."""
+    lookup = [p for p in proposers if p.name == "lookup"]
+    others = [p for p in proposers if p.name != "lookup"]
+    if lookup and (not others or lookup[0].has_draft(seq)):
+        return lookup
+    return others
