@@ -87,6 +87,7 @@ def test_where_the_head_is_chosen_the_draft_model_stands_by_if_it_was_measured()
     found = choose.candidates(tables, drafts, head_wins)
     m = choose.Measured("qwen2.5-coder-1.5b/0.5b", "intel_amx", "bf16", tuple(found), choose.fastest(found))
     assert m.chosen.drafter == "head" and m.defaults().drafter == "auto_both" and m.defaults().draft_variant in drafts
+    assert f"the trained head, K = {m.chosen.k}" in m.line and f"(draft {m.variant} where it is priced faster)" in m.line
     alone = choose.candidates(tables, {}, head_wins)
     m = choose.Measured("qwen2.5-coder-1.5b/0.5b", "intel_amx", "bf16", tuple(alone), choose.fastest(alone))
-    assert m.chosen.drafter == "head" and m.defaults().drafter == "auto_head"
+    assert m.chosen.drafter == "head" and m.defaults().drafter == "auto_head" and "where it is priced faster" not in m.line

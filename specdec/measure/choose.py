@@ -121,14 +121,18 @@ class Measured:
         models = [c for c in self.candidates if c.drafter == "model" and c.target_kernel == self.chosen.target_kernel]
         return fastest(models).draft_variant if models else self.default_variant
 
+    @property
+    def model_measured(self) -> bool:
+        """Whether the draft model was measured beside the chosen kernel (it may stand by the head)."""
+        return any(c.drafter == "model" and c.target_kernel == self.chosen.target_kernel for c in self.candidates)
+
     def defaults(self) -> MachineDefaults:
         """Prompt lookup first, where it matches. Where the head is chosen and the draft model was
         measured too, the draft model stands by (`auto_both`): the cost K policy drafts each step with
         whichever it prices faster, so text the head does not know (a translation, where it is
         accepted on 1 draft in 12 and the draft model on 35 in 42) is drafted by the draft model."""
         if self.chosen.drafter == "head":
-            measured_model = any(c.drafter == "model" and c.target_kernel == self.chosen.target_kernel for c in self.candidates)
-            drafter = "auto_both" if measured_model else "auto_head"
+            drafter = "auto_both" if self.model_measured else "auto_head"
         else:
             drafter = "auto"
         return MachineDefaults(self.chosen.target_kernel, self.variant, drafter, RUNNER, "cost", self.line)
@@ -144,6 +148,8 @@ class Measured:
             how = f"plain steps ({drafting})"
         else:
             how = f"{'the trained head' if c.drafter == 'head' else 'draft ' + c.draft_variant}, K = {c.k}, c = {c.c:.2f}, \u03b1 = {c.alpha:.2f}"
+            if c.drafter == "head" and self.model_measured:  # auto_both: the draft model drafts where it is priced faster
+                how += f" (draft {self.variant} where it is priced faster)"
         return (f"measured on this machine: target {c.target_kernel} ({1000 * c.decode_step_s:.0f} ms a token), {how}: "
                 f"predicted {c.tok_s:.1f} tok/s, {ratio:.2f}x plain {c.target_kernel}")
 
