@@ -14,9 +14,10 @@ from specdec.engines import choice
 from specdec.serving.defaults_here import read_choice, start_defaults
 
 DRAFTERS = [("draft model", "model"), ("prompt lookup", "lookup"), ("auto: lookup, else draft model", "auto")]
+# offered where a verified head file is (drafter_choices)
 HEAD_CHOICES = [("head: a layer trained on the target's own hidden states", "head"),
                 ("auto: lookup, else trained head", "auto_head"),
-                ("auto: lookup, else the head or the draft model, whichever is priced faster", "auto_both")]  # where a verified head file is
+                ("auto: lookup, else the head or the draft model, whichever is priced faster", "auto_both")]
 SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter", "head": "trained head",
                   "auto_head": "auto drafter (head)", "auto_both": "auto drafter (head or draft model)"}
 

@@ -31,8 +31,8 @@ WAITING = ('<div class="predictions"><p class="caption">When a run with plain de
            "puts its measured speedup beside three predictions and says what separates them.</p></div>")
 
 
-DRAFTER_LABELS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto", "head": "trained head", "auto_head": "auto (head)",
-                  "auto_both": "auto (head or draft model)"}
+DRAFTER_LABELS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto", "head": "trained head",
+                  "auto_head": "auto (head)", "auto_both": "auto (head or draft model)"}
 
 
 @dataclass(frozen=True)

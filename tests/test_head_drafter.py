@@ -484,3 +484,24 @@ def test_auto_both_turns_to_the_draft_model_where_the_head_does_not_pay(tiny_pai
     model = [e.step for e in events if e.drafter == "model"]
     assert head_asked and model and max(head_asked) < min(model) and len(head_asked) <= 3
     assert sum(e.accepted for e in events if e.drafter == "model") > 0
+
+
+def test_bench_predictions_account_for_an_auto_both_run(tiny_pair, monkeypatch, tmp_path, capsys):
+    """`bench --predictions --drafter auto_both --k-policy cost`: the head's and the draft model's steps
+    each priced at their own costs, and the output plain decoding's; the drafter is refused without
+    --predictions (the modes name theirs: best_both)."""
+    import json
+
+    from specdec.__main__ import main
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # the run's cost table is measured there
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"id": "add", "prompt": PROMPT, "chat": False}]))
+    argv = ["bench", "--pair", "tiny-random", "--dtype", "fp32", "--prompts", str(prompts), "--predictions",
+            "--drafter", "auto_both", "--k-policy", "cost", "--k", "4", "--max-new-tokens", "16", "--no-lock", "--json"]
+    status = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    assert status == (0 if out["within_tolerance"] else 1)
+    assert all(p["same_as_plain"] and p["priced_c"] is not None for p in out["prompts"])
+    assert main(["bench", "--pair", "tiny-random", "--drafter", "auto_both", "--no-lock"]) == 2
+    assert "--drafter auto_both is for --predictions" in capsys.readouterr().err

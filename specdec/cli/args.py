@@ -61,8 +61,9 @@ def add_runner_arg(p: argparse.ArgumentParser, several: bool = False) -> None:
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default=None, choices=DRAFTERS, help="model: draft model; lookup: prompt n-grams; head: the trained head "
-                   "(docs/head.md); auto: lookup, else model; auto_head: lookup, else head; auto_both: lookup, else the head or the model, "
-                   "whichever the cost K policy prices faster; none: plain decoding (default: this machine's, as on the page)")
+                   "(docs/head.md); auto: lookup, else model; auto_head: lookup, else head; "
+                   "auto_both: lookup, else the head or the model, whichever the cost K policy prices faster; "
+                   "none: plain decoding (default: this machine's, as on the page)")
     p.add_argument("--k", type=int, default=START.k, help=f"draft length, 1..{MAX_K}")
     add_k_policy_arg(p)
     p.add_argument("--adaptive", action="store_true", help="the same as --k-policy adaptive")

@@ -42,10 +42,11 @@ def add_bench_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=None,
                    help=f"comma-separated, from {', '.join(MODES)}; a draft-model mode may name its variant (spec@int4) "
                         f"(default: {','.join(DEFAULT_MODES)})")
-    p.add_argument("--drafter", choices=["model", "head", "lookup"], default="model",
+    p.add_argument("--drafter", choices=["model", "head", "lookup", "auto_both"], default="model",
                    help="the default modes: model: " + ",".join(DEFAULT_MODES) + "; head: " + ",".join(HEAD_DEFAULT_MODES)
                         + " (the trained head, docs/head.md); --modes overrides either. With --predictions: who drafts "
-                          "(lookup: prompt lookup, only there)")
+                          "(lookup: prompt lookup; auto_both: lookup, else the head or the draft model, whichever the "
+                          "cost K policy prices faster; these two only there)")
     p.add_argument("--predictions", action="store_true",
                    help="instead of the modes: per prompt, spec's measured speedup over plain decoding (prompt processing excluded) "
                         "beside the three predictions of specdec.measure.metrics; one draft variant, kernel and runner; "
@@ -62,8 +63,8 @@ def run_bench(args) -> int:
         raise ValueError("repeats and max_new_tokens must be >= 1")
     if getattr(args, "predictions", False) and getattr(args, "modes", None):
         raise ValueError("--predictions runs spec against plain decoding: leave out --modes")
-    if getattr(args, "drafter", "model") == "lookup" and not getattr(args, "predictions", False):
-        raise ValueError("--drafter lookup is for --predictions; the modes name their drafter themselves")
+    if getattr(args, "drafter", "model") in ("lookup", "auto_both") and not getattr(args, "predictions", False):
+        raise ValueError(f"--drafter {args.drafter} is for --predictions; the modes name their drafter themselves")
     prompts = load_prompts(args.prompts)
     kernel_names(args), runner_names(args)  # bad names fail before the models load
     with nullcontext() if getattr(args, "no_lock", False) else one_measurement("python -m specdec bench"):

@@ -256,10 +256,11 @@ class CostK:
         whys = []
         for i, ((drafter, unseen), best) in enumerate(zip(options, choices)):
             if not self.may_probe(drafter, unseen):
-                whys.append(f"{best.why}; not even at \u03b1 = {self.ceilings[drafter]:.2f}, its highest recorded, so no probe follows")
+                ceiling = self.ceilings[drafter]
+                whys.append(f"{best.why}; not even at \u03b1 = {ceiling:.2f}, its highest recorded, so no probe follows")
             elif self.plain_run[drafter] >= self.wait[drafter]:
-                rate = predicted_rate(1, self.estimates[drafter].alpha, self.draft_s(drafter), self.costs, self.first_s(drafter, unseen))
-                return i, Choice(1, rate, probe=True)
+                alpha, first_s = self.estimates[drafter].alpha, self.first_s(drafter, unseen)
+                return i, Choice(1, predicted_rate(1, alpha, self.draft_s(drafter), self.costs, first_s), probe=True)
             else:
                 whys.append(best.why)
         if len(whys) > 1:  # both the draft model and the head were asked

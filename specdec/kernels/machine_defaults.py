@@ -44,7 +44,7 @@ class Measurement:
 class MachineDefaults:
     target_kernel: str
     draft_variant: str
-    drafter: str  # model | lookup | auto | auto_head (specdec.core.config.DRAFTERS)
+    drafter: str  # model | lookup | auto | auto_head | auto_both (specdec.core.config.DRAFTERS)
     runner: str  # eager | static | compiled
     k_policy: str  # fixed | adaptive | cost
     reason: str  # one line: why this configuration, and what was left out
