@@ -19,7 +19,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.probe_clock_ab import priced_s
+from experiments.probe_clock_ab import held_out_and_bench, priced_s
 from specdec.bench.policies import mode_config
 from specdec.engines.assemble import prepare
 from specdec.engines.ours import OurSource
@@ -29,11 +29,7 @@ from specdec.models.pair import load_pair
 def prompt_set(examples: bool) -> list[dict]:
     if examples:
         return [{**e, "chat": True} for e in json.loads(Path("assets/examples.json").read_text(encoding="utf-8"))]
-    prompts: list[dict] = []
-    for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json"):
-        for e in json.loads(Path(f).read_text(encoding="utf-8")):  # both sets have a `translate-french`, with different text
-            prompts.append({**e, "id": e["id"] + (" (bench)" if any(q["id"] == e["id"] for q in prompts) else "")})
-    return prompts
+    return held_out_and_bench()
 
 
 def drafted_by(events) -> str:

@@ -81,6 +81,15 @@ def priced_s(events, costs) -> float:
     return seconds
 
 
+def held_out_and_bench() -> list[dict]:
+    """The held-out prompts, then the bench's; an id both sets have gets " (bench)" on the second."""
+    prompts: list[dict] = []
+    for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json"):
+        for e in json.loads(Path(f).read_text(encoding="utf-8")):  # both sets have a `translate-french`, with different text
+            prompts.append({**e, "id": e["id"] + (" (bench)" if any(q["id"] == e["id"] for q in prompts) else "")})
+    return prompts
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--modes", default="best,best_head")
@@ -89,10 +98,7 @@ def main() -> None:
     args = p.parse_args()
     pair = load_pair("qwen2.5-coder-1.5b/0.5b")
     variant = args.draft_variant or start_defaults(pair.name, pair.device).draft_variant
-    prompts = []
-    for f in ("assets/heldout_prompts.json", "assets/bench_prompts.json"):
-        for e in json.loads(Path(f).read_text(encoding="utf-8")):  # both sets have a `translate-french`, with different text
-            prompts.append({**e, "id": e["id"] + (" (bench)" if any(q["id"] == e["id"] for q in prompts) else "")})
+    prompts = held_out_and_bench()
     rules = {"one clock (before)": rule(shared_clock=True), "own clocks (now)": NOW, "own clocks, caught up": rule(caught_up=True)}
     modes = args.modes.split(",")
     speedups: dict[tuple, float] = {}
