@@ -19,7 +19,7 @@ HEAD_CHOICES = [("head: a layer trained on the target's own hidden states", "hea
                 ("auto: lookup, else trained head", "auto_head"),
                 ("auto: lookup, else the head or the draft model, whichever is priced faster", "auto_both")]
 SHORT_DRAFTERS = {"model": "draft model", "lookup": "prompt lookup", "auto": "auto drafter", "head": "trained head",
-                  "auto_head": "auto drafter (head)", "auto_both": "auto drafter (head or draft model)"}
+                  "auto_head": "auto drafter (head)", "auto_both": "auto: head or draft model"}
 
 
 def drafter_choices(pair_name: str) -> tuple[list[tuple[str, str]], str]:

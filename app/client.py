@@ -7,12 +7,14 @@ scripts/reliability.py and scripts/reliability_requests.py (run from the reposit
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from html import unescape
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -76,6 +78,19 @@ class Visitor:
 
     def run(self, **settings) -> tuple:
         return self.client.predict(*self.args(**settings), api_name="/generate")
+
+
+def status_line(status_html) -> str:
+    """The text of the status line, the first output of /generate (HTML: app.render.render_status),
+    as the page shows it: its one line, without what its disclosure holds; "" for anything else."""
+    found = re.search(r"<(?:summary|p class=\"status-line\")>(.*?)</", status_html, re.S) if isinstance(status_html, str) else None
+    return unescape(found.group(1)) if found else ""
+
+
+def status_details(status_html) -> str:
+    """What the status line's disclosure holds (where the pair is from, its kernel's faithfulness); "" where none."""
+    found = re.search(r"</summary><p>(.*?)</p>", status_html, re.S) if isinstance(status_html, str) else None
+    return unescape(found.group(1)) if found else ""
 
 
 # Short names for the page's controls, by label.

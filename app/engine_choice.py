@@ -91,7 +91,7 @@ def remote_lanes(engine: str, spec_url: str, plain_url: str, prompt: str, pair, 
         yield from lane(Lane.PLAIN, Lane.PLAIN_PENDING, plain_url, False)
 
 
-def status(engine: str, spec_url: str, plain_url: str, pair, compare: bool) -> str:
+def status(engine: str, spec_url: str, plain_url: str, pair, compare: bool) -> tuple[str, str]:
+    """The status line of a run on a real engine's servers, and what its disclosure adds."""
     plain = f", plain lane {plain_url}" if compare and plain_url else ", no plain lane (give its URL to compare)"
-    return (f"{choice.label(engine)} at {spec_url}{plain}; prompt templated and tokens shown with "
-            f"{pair.name}'s tokenizer")
+    return f"{choice.label(engine)} at {spec_url}{plain}", f"Prompt templated and tokens shown with {pair.name}'s tokenizer."

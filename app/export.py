@@ -15,6 +15,7 @@ import gradio as gr
 from specdec.record.run_file import RecordError, RunRecord, from_json, write_files
 
 from .components import Page
+from .render import render_status
 from .view import RunView, frame
 
 MAX_BYTES = 64 * 2**20  # a 2048-token run of both lanes is a few MB; anything far larger is not a record
@@ -28,9 +29,9 @@ def record_of(view: RunView) -> RunRecord:
 
 def view_of(record: RunRecord, show_rejected: bool = True) -> RunView:
     pair, machine = record.pair, record.machine
-    where = f"{pair.get('name', '?')} on {pair.get('device', '?')} ({pair.get('dtype', '?')})"
-    status = f"Loaded from a file: {where}, recorded {record.created or 'at an unknown time'} on {machine.get('cpu', 'an unknown machine')}"
-    return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, spec=list(record.spec),
+    status = f"Loaded from a file: {pair.get('name', '?')}, recorded {record.created or 'at an unknown time'}"
+    details = f"On {pair.get('device', '?')} ({pair.get('dtype', '?')}), on {machine.get('cpu', 'an unknown machine')}."
+    return RunView(config=record.config, dtype_name=pair.get("dtype", "fp32"), status=status, status_details=details, spec=list(record.spec),
                    plain=list(record.plain), finished=True, stopped=record.stopped, show_rejected=show_rejected,
                    prompt=record.prompt, pair=dict(pair), machine=dict(machine), created=record.created,
                    decode_step_s=record.decode_step_s)
@@ -58,7 +59,7 @@ def load(page: Page, values: dict) -> dict:
         record = read_record(values[page.load_run])
     except RecordError as err:
         gr.Warning(f"Not loaded: {err}")
-        return {page.status: f"Not loaded: {err}"}
+        return {page.status: render_status(f"Not loaded: {err}")}
     return frame(page, view_of(record, bool(values[page.show_rejected])))
 
 

@@ -24,7 +24,7 @@ from specdec.engines.base import EngineError
 from specdec.kernels.faithfulness_record import faithfulness_note
 from specdec.record.run_file import machine_info, now_utc, pair_info
 
-from . import engine_choice, gpu_call, theory
+from . import engine_choice, gpu_call, render, theory
 from .components import Page, StopFlag
 from .lanes import Lane
 from .request import admitted, head_label, refusal
@@ -90,7 +90,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         try:
             request = held.enter_context(admitted(page, values, progress, GENERATE))
         except ValueError as err:
-            yield {page.status: refusal(err)}
+            yield {page.status: render.render_status(refusal(err))}
             return
         if session:
             _running[session] = stop
@@ -100,7 +100,7 @@ def live_run(page: Page, values: dict, progress: gr.Progress, session: str | Non
         if s.can.in_process:
             lanes = gpu_call.stream_events(pair.name, request.prompt_ids, s.config, s.compare, s.plain_int4)
         else:  # a real engine's servers: the same lanes, read over HTTP
-            view.status = engine_choice.status(s.engine, s.spec_url, s.plain_url, pair, s.compare)
+            view.status, view.status_details = engine_choice.status(s.engine, s.spec_url, s.plain_url, pair, s.compare)
             lanes = engine_choice.remote_lanes(s.engine, s.spec_url, s.plain_url, prompt, pair, s.config, s.compare)
         stream = torch_thread.Stream(lanes, stop)
         held.callback(stream.join)  # before the pair is released: the engine may be inside a step
@@ -184,13 +184,13 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = ", ".join(([f"draft variant {config.draft_variant}"] if config.uses_draft_model else [])
-                       + ([f"drafter: the trained head ({head_label(pair, config)})"] if config.uses_head else []))
-    drafts = f", {drafts}" if drafts else ""
+    drafts = ([f"draft {config.draft_variant}"] if config.uses_draft_model else []) + (["the trained head"] if config.uses_head else [])
+    drafts_line = f", {' and '.join(drafts)}" if drafts else ""
+    head = f" Drafter: the trained head ({head_label(pair, config)})." if config.uses_head else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
-                   status=f"{pair.name} on {pair.device} ({pair.dtype_name}), from {pair.source}, target kernel "
-                          f"{config.target_kernel} ({faithfulness_note(pair.name, config.target_kernel)}), "
-                          f"{config.runner} runner{drafts}",
+                   status=f"{pair.name}: target {config.target_kernel}, {config.runner} runner{drafts_line}",
+                   status_details=f"On {pair.device} ({pair.dtype_name}), from {pair.source}. Target kernel "
+                                  f"{config.target_kernel}: {faithfulness_note(pair.name, config.target_kernel)}.{head}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
                    created=now_utc())
 

@@ -148,7 +148,9 @@ def _advanced(page: Page, default_pair: str, pair_note: str) -> None:
 
 def _panes(page: Page) -> None:
     """Status line, the two token panes side by side, the stats row, and the lossy lane (hidden)."""
-    page.status = gr.Markdown(elem_id="status")
+    # One line from the start: a run's line then takes its place without moving the panes.
+    page.status = gr.HTML(render.render_status("No run yet: Generate starts one, and this line names what it runs on."),
+                          elem_id="status")
     with gr.Row(elem_id="panes"):
         with gr.Column(elem_classes="pane-column"):
             gr.HTML('<div class="pane-title spec">Speculative decoding</div>', elem_classes="pane-head")

@@ -100,6 +100,16 @@ def render_tokens(events: Iterable[StepEvent], show_rejected: bool = True) -> st
     return f'<div class="tokens">{render_spans(events, show_rejected)}</div>'
 
 
+def render_status(line: str, details: str = "") -> str:
+    """The status line above the panes (HTML, escaped): `line` on one line, and `details` (where
+    the pair comes from, how faithful its kernel is, which head file drafts) behind a closed
+    disclosure, so that the line does not wrap and push the panes below the first screen."""
+    if not details:
+        return f'<p class="status-line">{escape(line, quote=False)}</p>'
+    return (f'<details class="status-line"><summary>{escape(line, quote=False)}</summary>'
+            f"<p>{escape(details, quote=False)}</p></details>")
+
+
 def render_legend() -> str:
     items = "".join(
         f'<span class="tok tok-{cls}" title="{escape(meaning, quote=True)}">{escape(name)}</span>'

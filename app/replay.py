@@ -16,6 +16,7 @@ import gradio as gr
 from specdec.record import replay as clock
 from specdec.record.replay import Clock, Position
 
+from . import render
 from .components import Page
 from .view import RunView, frame
 
@@ -101,7 +102,7 @@ def play(page: Page, values: dict):
             yield _at(page, view, pos, status, plots=plots)
             shown = (pos.spec, pos.plain)
         else:
-            yield {page.status: status}  # only the clock moved
+            yield {page.status: render.render_status(status, view.status_details)}  # only the clock moved
         last_frame = now
         if t >= total:
             break

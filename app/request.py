@@ -52,7 +52,7 @@ def admitted(page, values: dict, progress: gr.Progress, handler: Handler) -> Ite
 
 
 def refusal(err: ValueError) -> str:
-    """What a refused request shows: a toast, and this status line."""
+    """What a refused request shows: a toast, and this line (in the status line, or the theory tab's)."""
     gr.Warning(str(err))
     return f"Not started: {err}"
 

@@ -19,6 +19,7 @@ from specdec.measure.passcost import time_decode_step
 
 from . import live, step_panel
 from .lanes import Lane
+from .render import render_status
 from .request import Admitted, admitted, refusal
 from .settings import STEP
 from .view import frame
@@ -56,17 +57,17 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
                 values[page.stop].clear()
                 event = torch_thread.call(next, session.events, None)  # one step, on the torch thread
         except ValueError as err:
-            return {page.status: refusal(err)}
+            return {page.status: render_status(refusal(err))}
         view = session.view
         if event is None:  # stopped, or nothing left
             session.ended = True
-            return {page.status: view.status + " \u2014 the run has ended: Step starts a new one"}
+            return {page.status: render_status(view.status + " \u2014 the run has ended: Step starts a new one", view.status_details)}
         view.spec.append(event)
         session.ended = event.finish is not None
         out = frame(page, view)
         note = ("the speculative run is complete: Run to end adds plain decoding" if session.ended
                 else "Step for the next step, Run to end to finish")
-        out[page.status] = f"{view.status} \u2014 stepping: step {event.step} ({note})"
+        out[page.status] = render_status(f"{view.status} \u2014 stepping: step {event.step} ({note})", view.status_details)
         out[page.step_panel] = step_panel.render_panel(explain(event, session.decoding.details[event.step]))
         return out
 
@@ -82,7 +83,7 @@ def run_to_end(page, values: dict, progress: gr.Progress):
             if finished or not _held(session, request, ended_is_over=False):
                 _start(page, values, session, request)
         except ValueError as err:
-            yield {page.status: refusal(err)}
+            yield {page.status: render_status(refusal(err))}
             return
         stop, view = values[page.stop], session.view
         stop.clear()

@@ -21,7 +21,8 @@ class RunView:
 
     config: GenerationConfig
     dtype_name: str  # what counts as a numerical tie depends on the dtype
-    status: str = ""
+    status: str = ""  # the one line above the panes; what ends or stops the run is added to it
+    status_details: str = ""  # behind the line's disclosure: where the pair is from, its kernel's faithfulness, the head file
     spec: list = field(default_factory=list)  # StepEvents of the speculative run
     plain: list = field(default_factory=list)  # StepEvents of the plain run (empty until it starts)
     finished: bool = False  # both runs done (or stopped): the badge may compare them
@@ -88,7 +89,7 @@ def frame(page: Page, view: RunView, *, plots: bool = True) -> dict:
     stats = render.render_stats(spec, plain, badge=badge(view), plain_done=view.finished)
     out = {
         page.predictions: theory.render_predictions(spec, plain, view.finished, paused_why(view.spec)),
-        page.status: view.status + (" \u2014 stopped" if view.stopped else ""),
+        page.status: render.render_status(view.status + (" \u2014 stopped" if view.stopped else ""), view.status_details),
         page.spec_html: render.render_spans(view.spec, view.show_rejected) or render.render_pending(view.pending.get(Lane.SPEC, ())),
         page.plain_html: render.render_spans(view.plain, False) if view.plain else render.render_pending(view.pending.get(Lane.PLAIN, ())),
         page.stats: stats,

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.client import Visitor
+from app.client import Visitor, status_line
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())]
@@ -44,7 +44,7 @@ def call(visitor: Visitor, first: bool = False, **settings) -> Result:
             for _ in job:
                 first_s = first_s if first_s is not None else time.perf_counter() - start
         out = job.result()
-        return Result(out[0], text_of(out[1]), text_of(out[2]), first_s, time.perf_counter() - start)
+        return Result(status_line(out[0]), text_of(out[1]), text_of(out[2]), first_s, time.perf_counter() - start)
     except Exception as err:  # recorded, never hidden: the report counts these as failed
         return Result("", "", "", None, time.perf_counter() - start, f"{type(err).__name__}: {err}")
 

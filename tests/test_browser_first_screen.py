@@ -50,6 +50,11 @@ def test_prompt_generate_and_both_panes_are_on_the_first_screen_in_both_themes(p
     page.click("#generate")
     page.wait_for_selector("#stats .badge", timeout=120_000)  # both runs done: the panes hold coloured tokens
     assert page.locator("#spec-pane .tok-accepted").count() > 0
+    status = page.locator("#status details.status-line > summary")  # the run's line: one line, its details folded
+    assert status.count() == 1 and page.locator("#status details").first.get_attribute("open") is None
+    font = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#status summary')).fontSize)")
+    assert status.bounding_box()["height"] <= 2.2 * font, status.inner_text()
+    assert status.inner_text().startswith("tiny-random: target dense") and not page.locator("#status details p").is_visible()
     page.mouse.move(WIDTH // 2, HEIGHT - 1)  # off Generate: the screenshots show it unhovered
     for theme in ("light", "dark"):
         if theme == "dark":

@@ -12,7 +12,7 @@ from app import live
 from specdec.engines import ours
 from specdec.serving import pairs
 from specdec.core.events import check_invariants
-from tests.support.live import no_progress, settings
+from tests.support.live import no_progress, settings, status_details, status_line
 from tests.support.llamacpp import SPEC_STEPS
 
 pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
@@ -36,7 +36,8 @@ def test_a_llamacpp_run_fills_both_lanes_and_shows_the_counted_rejections(page, 
     assert [list(e.emitted) for e in spec] == [s[0] for s in SPEC_STEPS]
     assert [e.unseen_rejected for e in spec] == [0, 2, 0, 4]
     assert "tok-unseen" in out[page.spec_html] and "\u00d72" in out[page.spec_html]  # the two rejected drafts of step 1, counted
-    assert "llama.cpp server at " + spec_url in out[page.status]
+    assert "llama.cpp server at " + spec_url in status_line(out[page.status])
+    assert "tokenizer" in status_details(out[page.status])  # behind the line's disclosure
     assert out[page.stats]  # the stats row is drawn from what the engine reported
 
 
@@ -46,7 +47,7 @@ def test_a_server_that_is_not_there_ends_the_run_in_one_line(page, monkeypatch):
     values = settings(page, engine="llama.cpp", spec_url="http://127.0.0.1:9", plain_url="", max_new=8)
     out = last(live.live_run(page, values, no_progress))
     assert len(warnings) == 1 and "\n" not in warnings[0] and "127.0.0.1:9" in warnings[0]
-    assert warnings[0] in out[page.status]
+    assert warnings[0] in status_line(out[page.status])  # on the line, not behind its disclosure
     # the page keeps serving: this project's engine runs next
     out = last(live.live_run(page, settings(page, max_new=8), no_progress))
     assert out[page.spec_events] and out[page.spec_events][0].engine == "specdec"
@@ -58,7 +59,8 @@ def test_settings_a_remote_run_cannot_honour_are_named(page, monkeypatch, change
     monkeypatch.setattr(gr, "Warning", lambda message: None)
     values = settings(page, **({"engine": "llama.cpp", "spec_url": "http://127.0.0.1:9"} | change))
     out = last(live.live_run(page, values, no_progress))
-    assert out[page.status].startswith("Not started") and named in out[page.status]
+    line = status_line(out[page.status])
+    assert line.startswith("Not started") and named in line
 
 
 def test_text_before_its_steps_streams_uncoloured_then_the_steps_colour_it(page, monkeypatch):

@@ -419,7 +419,8 @@ def test_the_status_line_names_the_head(tiny_pair):
     from app.live import new_view
 
     view = new_view(tiny_pair, head_config(), show_rejected=True, prompt=PROMPT)
-    assert "drafter: the trained head (tiny-random.safetensors, dense products)" in view.status
+    assert view.status.endswith(", the trained head")  # the line names it; the file is behind its disclosure
+    assert "Drafter: the trained head (tiny-random.safetensors, dense products)." in view.status_details
 
 
 def test_the_step_panel_records_the_heads_q(tiny_pair):

@@ -15,6 +15,7 @@ import pytest
 
 from specdec.record import run_file as rec
 from specdec.core.config import GenerationConfig
+from tests.support.live import status_details, status_line
 from tests.support.runs import run_checked
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,7 +213,8 @@ def test_loading_in_the_app_needs_no_model_and_refuses_bad_files(record, page, t
     good.write_text(rec.to_json(record), encoding="utf-8")
     out = export.load(page, {page.load_run: str(good), page.show_rejected: True})
     assert out[page.run_view].spec == record.spec and out[page.run_view].finished
-    assert "Loaded from a file" in out[page.status] and "tiny-random" in out[page.status]
+    assert status_line(out[page.status]).startswith("Loaded from a file: tiny-random, recorded ")
+    assert status_details(out[page.status]).startswith("On cpu (")
     assert out[page.spec_html].count("tok-") > 0
 
     bad = tmp_path / "bad.json"
@@ -220,7 +222,7 @@ def test_loading_in_the_app_needs_no_model_and_refuses_bad_files(record, page, t
     with pytest.warns(UserWarning):  # gr.Warning outside a request is a Python warning
         out = export.load(page, {page.load_run: str(bad), page.show_rejected: True})
     assert set(out) == {page.status}  # what was on screen stays
-    assert out[page.status].startswith("Not loaded: run record version 99")
+    assert status_line(out[page.status]).startswith("Not loaded: run record version 99")
 
 
 def test_export_files_only_for_a_finished_run(record):

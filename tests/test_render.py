@@ -177,3 +177,14 @@ def test_tooltip_names_the_rule_that_decided():
     sampled_titles = [t for _, t, _ in SPAN.findall(render_event(event))]
     assert "top choice" in greedy_titles[0] and "acceptance probability" not in greedy_titles[0]
     assert "acceptance probability min(1, p_target/p_draft) = 0.6250" in sampled_titles[0]
+
+
+def test_the_status_line_is_escaped_and_keeps_its_details_behind_a_closed_disclosure():
+    from app.render import render_status
+
+    line, details = "Not started: <script>alert(1)</script> & more", "from <assets>/pair & co"
+    html = render_status(line, details)
+    assert html.startswith('<details class="status-line"><summary>') and " open" not in html  # closed
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more</summary>" in html
+    assert "<p>from &lt;assets&gt;/pair &amp; co</p></details>" in html
+    assert render_status(line) == '<p class="status-line">Not started: &lt;script&gt;alert(1)&lt;/script&gt; &amp; more</p>'

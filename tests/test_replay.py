@@ -12,6 +12,7 @@ from app.render import render_spans
 from specdec.record import replay
 from specdec.core.events import BONUS, CORRECTION, PLAIN
 from tests.support.events import make_events
+from tests.support.live import status_line
 
 SPEC_TIMES = [0.5, 1.0, 1.8, 2.0, 3.1]
 PLAIN_TIMES = [0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1, 2.4, 2.7, 3.0, 3.3, 3.6]
@@ -116,7 +117,7 @@ def test_each_replay_frame_shows_the_events_whose_recorded_time_has_passed(page,
             assert out[page.spec_html] == render_spans(SPEC[:n_spec]), t
             assert out[page.plain_html] == (render_spans(PLAIN_RUN[:n_plain], False) if n_plain else out[page.plain_html])
             assert out[page.replay_step] == n_spec
-        assert f"Replay at {speed:g}x: {t:.1f} s of 3.6 s" in out[page.status]
+        assert status_line(out[page.status]).startswith(f"Replay at {speed:g}x: {t:.1f} s of 3.6 s")
     assert drawn >= len(set(SPEC_TIMES) | set(PLAIN_TIMES))  # a frame for every moment something happened
     # The replay took the recorded time, scaled (within one frame).
     assert 3.6 <= (fake.now - start) * speed <= 3.6 + app_replay.MIN_FRAME_S * speed
@@ -153,7 +154,7 @@ def test_scrub_shows_exactly_n_steps_and_stops_a_replay(page):
         shown_plain = passed(PLAIN_TIMES, t)
         if shown_plain:
             assert out[page.plain_html] == render_spans(PLAIN_RUN[:shown_plain], False)
-        assert f"step {n} of {len(SPEC)} speculative" in out[page.status]
+        assert f"step {n} of {len(SPEC)} speculative" in status_line(out[page.status])
         assert not set(out) & set(page.run_states())  # a replay frame never replaces the run it replays
 
 

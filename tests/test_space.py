@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.client import ROOT, Visitor, start_app
+from app.client import ROOT, Visitor, start_app, status_details, status_line
 
 PAIRS = "tiny-random,smollm2-1.7b/135m,qwen2.5-coder-7b/0.5b"  # SmolLM2 is offered but cannot load offline
 DROPPED = "Started."
@@ -65,25 +65,25 @@ BAD = [  # (settings, what the status line must say)
 
 @pytest.mark.parametrize("settings, message", BAD, ids=[f"{next(iter(s))}={next(iter(s.values()))!r}"[:40] for s, _ in BAD])
 def test_bad_input_through_the_api_is_named(visitor, settings, message):
-    status = visitor.run(**{"prompt": "def f(x):", **settings})[0]
+    status = status_line(visitor.run(**{"prompt": "def f(x):", **settings})[0])
     assert status.startswith("Not started: ") and message in status, status
 
 
 def test_awkward_text_is_served_and_escaped(visitor):
     for prompt in ("a\x00b\x00c", "\u202eabc\u202c \u200fשלום", "emoji 🚦🧪 <b>&amp;</b>"):
         status, spec, *_ = visitor.run(prompt=prompt, max_new_tokens=8, show_rejected=False)
-        assert status.startswith("tiny-random on cpu"), status
+        assert status_line(status).startswith("tiny-random: target "), status
         assert "<script" not in spec and "\x00" not in spec.replace("&#x00;", "")
 
 
 def test_a_failed_pair_switch_leaves_the_app_serving(visitor):
-    status = visitor.run(prompt="def f(x):", pair="smollm2-1.7b/135m")[0]
+    status = status_line(visitor.run(prompt="def f(x):", pair="smollm2-1.7b/135m")[0])
     # Offline it cannot be loaded; where less RAM is free than it needs (the test process holds other
     # models), it is refused before the attempt. Either way the switch fails with a named reason.
     refusals = ("Not started: could not load pair 'smollm2-1.7b/135m'; tried", "Not started: pair 'smollm2-1.7b/135m' needs about ")
     assert status.startswith(refusals), status
     status = visitor.run(prompt="def f(x):", max_new_tokens=8)[0]
-    assert status.startswith("tiny-random on cpu (fp32)"), status
+    assert status_line(status).startswith("tiny-random: target ") and status_details(status).startswith("On cpu (fp32)"), status
 
 
 def test_visitors_at_once_each_see_their_own_output(app_url, visitor):

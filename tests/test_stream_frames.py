@@ -17,7 +17,7 @@ from app.view import RunView
 from specdec.core.config import GenerationConfig
 from specdec.engines.vllm import PendingText
 from tests.support.runs import run_checked, tokens
-from tests.support.live import no_progress
+from tests.support.live import no_progress, status_line
 from tests.support.live import settings as live_settings
 
 pytestmark = pytest.mark.usefixtures("fp32_store")  # tests/conftest.py
@@ -83,7 +83,7 @@ def test_run_to_end_finishes_a_stepped_run_through_the_live_loop(page, monkeypat
     values = settings(page)
     for _ in range(2):
         out = stepping.step(page, values, no_progress)
-    assert "stepping: step 1" in out[page.status]
+    assert "stepping: step 1" in status_line(out[page.status])
     frames = list(stepping.run_to_end(page, values, no_progress))
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=32, k=4, draft_variant="dense")

@@ -21,6 +21,7 @@ from specdec.serving import gpu_budget
 from specdec.serving import pairs
 from specdec.core.config import GenerationConfig
 from specdec.serving.pairs import Offer, PairStore
+from tests.support.live import status_line
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +99,7 @@ def test_the_gpu_function_sees_the_visitors_request(tiny_store, fake_spaces):
         return list(live_run(page, page_values(page, max_new=16), progress=lambda *a, **k: None))
 
     frames = contextvars.copy_context().run(as_visitor)
-    assert frames[-1][page.status].startswith("tiny-random on cpu")
+    assert status_line(frames[-1][page.status]).startswith("tiny-random: target dense")
     assert requests == [visitor] and len(asked) == 1
 
 
@@ -143,13 +144,13 @@ def test_zerogpu_refuses_a_run_that_could_outlast_the_call(tiny_store, monkeypat
     with gr.Blocks():
         page = build_page("tiny-random", pairs=("tiny-random",))
     frames = list(live_run(page, page_values(page), progress=lambda *a, **k: None))
-    status = frames[-1][page.status]
+    status = status_line(frames[-1][page.status])
     assert status.startswith("Not started: max_new_tokens=1024 could need up to") and "at most 183 new tokens fit" in status
     cap = max_new_tokens_cap()
     assert cap == 176  # the slider ends where the default settings still fit
     gpu_budget.check_fits(GenerationConfig(max_new_tokens=cap, k=5), True, gpu_budget.PassCosts(), 60)
     frames = list(live_run(page, page_values(page, max_new=16), progress=lambda *a, **k: None))
-    assert frames[-1][page.status].startswith("tiny-random on cpu")
+    assert status_line(frames[-1][page.status]).startswith("tiny-random: target dense")
     monkeypatch.delenv("SPACES_ZERO_GPU")
     assert max_new_tokens_cap() == 1024
 

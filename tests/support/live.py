@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.client import status_details, status_line  # noqa: F401 (the tests read the status line through these)
 from app.components import StopFlag
 
 
