@@ -184,8 +184,9 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 
 
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
-    drafts = ([f"draft {config.draft_variant}"] if config.uses_draft_model else []) + (["the trained head"] if config.uses_head else [])
-    drafts_line = f", {' and '.join(drafts)}" if drafts else ""
+    drafts = (["prompt lookup"] if config.uses_lookup else []) + ([f"draft {config.draft_variant}"] if config.uses_draft_model else []) \
+        + (["the trained head"] if config.uses_head else [])
+    drafts_line = f", {', '.join(drafts[:-1])} and {drafts[-1]}" if len(drafts) > 1 else f", {drafts[0]}" if drafts else ""
     head = f" Drafter: the trained head ({head_label(pair, config)})." if config.uses_head else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
                    status=f"{pair.name}: target {config.target_kernel}, {config.runner} runner{drafts_line}",
