@@ -61,13 +61,14 @@ def step(page, values: dict, progress: gr.Progress) -> dict:
         view = session.view
         if event is None:  # stopped, or nothing left
             session.ended = True
-            return {page.status: render_status(view.status + " \u2014 the run has ended: Step starts a new one", view.status_details)}
+            return {page.status: render_status(f"The run has ended: Step starts a new one \u2014 {view.status}", view.status_details)}
         view.spec.append(event)
         session.ended = event.finish is not None
         out = frame(page, view)
         note = ("the speculative run is complete: Run to end adds plain decoding" if session.ended
                 else "Step for the next step, Run to end to finish")
-        out[page.status] = render_status(f"{view.status} \u2014 stepping: step {event.step} ({note})", view.status_details)
+        # The step first: the line is cut with an ellipsis where the window is narrow, and this changes every step.
+        out[page.status] = render_status(f"Stepping: step {event.step} ({note}) \u2014 {view.status}", view.status_details)
         out[page.step_panel] = step_panel.render_panel(explain(event, session.decoding.details[event.step]))
         return out
 

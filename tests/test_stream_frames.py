@@ -83,7 +83,7 @@ def test_run_to_end_finishes_a_stepped_run_through_the_live_loop(page, monkeypat
     values = settings(page)
     for _ in range(2):
         out = stepping.step(page, values, no_progress)
-    assert "stepping: step 1" in status_line(out[page.status])
+    assert status_line(out[page.status]).startswith("Stepping: step 1 (")
     frames = list(stepping.run_to_end(page, values, no_progress))
     last = frames[-1][page.run_view]
     config = GenerationConfig(max_new_tokens=32, k=4, draft_variant="dense")
