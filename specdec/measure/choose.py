@@ -114,17 +114,22 @@ class Measured:
         return next(c for c in self.candidates if c.drafter == "none" and c.target_kernel == self.chosen.target_kernel)
 
     @property
+    def models_here(self) -> list[Candidate]:
+        """The draft model's candidates on the chosen kernel, one per draft variant measured."""
+        return [c for c in self.candidates if c.drafter == "model" and c.target_kernel == self.chosen.target_kernel]
+
+    @property
     def variant(self) -> str:
         """The draft variant to start on: the chosen one, else the one predicted best on the chosen kernel."""
         if self.chosen.draft_variant:
             return self.chosen.draft_variant
-        models = [c for c in self.candidates if c.drafter == "model" and c.target_kernel == self.chosen.target_kernel]
+        models = self.models_here
         return fastest(models).draft_variant if models else self.default_variant
 
     @property
     def model_measured(self) -> bool:
         """Whether the draft model was measured beside the chosen kernel (it may stand by the head)."""
-        return any(c.drafter == "model" and c.target_kernel == self.chosen.target_kernel for c in self.candidates)
+        return bool(self.models_here)
 
     def defaults(self) -> MachineDefaults:
         """Prompt lookup first, where it matches. Where the head is chosen and the draft model was
