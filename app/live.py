@@ -186,10 +186,10 @@ def streaming_frame(page: Page, view: RunView, *, plots: bool, first: bool) -> d
 def new_view(pair, config: GenerationConfig, show_rejected: bool, prompt: str, lossy_wanted: bool = False) -> RunView:
     drafts = (["prompt lookup"] if config.uses_lookup else []) + ([f"draft {config.draft_variant}"] if config.uses_draft_model else []) \
         + (["the trained head"] if config.uses_head else [])
-    drafts_line = f", {', '.join(drafts[:-1])} and {drafts[-1]}" if len(drafts) > 1 else f", {drafts[0]}" if drafts else ""
+    named = ", ".join(drafts[:-1]) + " and " + drafts[-1] if len(drafts) > 1 else "".join(drafts)  # "a, b and c"
     head = f" Drafter: the trained head ({head_label(pair, config)})." if config.uses_head else ""
     return RunView(config=config, dtype_name=pair.dtype_name, show_rejected=show_rejected,
-                   status=f"{pair.name}: target {config.target_kernel}, {config.runner} runner{drafts_line}",
+                   status=f"{pair.name}: target {config.target_kernel}, {config.runner} runner" + (f", {named}" if named else ""),
                    status_details=f"On {pair.device} ({pair.dtype_name}), from {pair.source}. Target kernel "
                                   f"{config.target_kernel}: {faithfulness_note(pair.name, config.target_kernel)}.{head}",
                    lossy_wanted=lossy_wanted, prompt=prompt, pair=pair_info(pair), machine=machine_info(pair),
