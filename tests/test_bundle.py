@@ -224,12 +224,11 @@ def test_prepare_cached_only_needs_no_packages_where_the_cache_is_whole(fake, mo
     monkeypatch.setattr(bundle, "BUNDLE_NAME", NAME)
     monkeypatch.setattr(bundle, "cache_root", lambda: fake["cache"])
     monkeypatch.setattr(cli, "prepare_w8a8", lambda: print("kernel: not built in this test"))
-    for name in ("in_cache", "prepare_bundle", "missing_packages"):  # their defaults were bound to the real bundle's name
+    for name in ("in_cache", "prepare_bundle", "missing_packages", "gguf_files"):  # their defaults were bound to the real bundle's name
         monkeypatch.setattr(bundle, name, lambda *a, f=getattr(bundle, name), **k: f(NAME, *a, **k))
     assert cli.main(["prepare", "--cached-only"]) == cli.NOT_CACHED
     assert "chunk packages are needed" in capsys.readouterr().out
-    assert cli.main(["prepare"]) == 0
-    bundle.gguf_files(NAME, fake["cache"])
+    assert cli.main(["prepare"]) == 0  # converts both models and joins both GGUF files
     monkeypatch.setattr(bundle_chunks, "locate_chunk", lambda chunk: None)  # no package installed any more
     assert cli.main(["prepare", "--cached-only"]) == 0
     assert "from the cache; its chunk packages are not needed" in capsys.readouterr().out

@@ -230,18 +230,33 @@ def test_the_pages_line_is_one_summary_with_the_figures_behind_it(here, tiny_pai
     assert advanced.defaults(tiny_pair.name, tiny_pair.device).target_kernel == measured.chosen.target_kernel
 
 
-def test_the_head_is_predicted_at_its_files_own_figure_and_a_new_head_file_is_measured_again(here, tiny_pair, monkeypatch):
+def offer_head(pair, path, at_position_1, seed, monkeypatch) -> str:
+    """A small head for `pair` saved at `path` with `at_position_1` as its held-out figure, and
+    offered as the pair's trained head; returns its tensors' digest."""
     from specdec.kernels import head_offer
     from specdec.kernels.head_store import save_head
     from specdec.train.recipe import Recipe
     from specdec.train.trainer import new_head
 
+    figures = {"acceptance_by_position": [at_position_1], "read_text": {"acceptance": [at_position_1 + 0.1]}}
+    save_head(path, new_head(pair.target, Recipe(intermediate=32), seed), head_offer.target_key(pair), {"intermediate": 32}, figures)
+    monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
+    return head_offer.offered_head(pair).stored.digest
+
+
+def test_a_kernels_head_is_timed_even_past_the_budget(here, tiny_pair, monkeypatch):
+    """Where the kernels take the whole budget (a new machine builds them from scratch), the head is
+    still timed: it takes milliseconds, and without it the start could only run plain steps."""
+    offer_head(tiny_pair, here / "head.safetensors", 0.62, 0, monkeypatch)
+    measured = defaults_here.measure_here(tiny_pair, budget_s=0.0)
+    assert [(c.target_kernel, c.drafter) for c in measured.candidates] == [("dense", "none"), ("dense", "head")]
+    assert measured.skipped["draft dense"] == measured.skipped["kernel int8"] == defaults_here.BUDGET
+    assert "head" not in measured.skipped and not defaults_here.complete(measured, tiny_pair.device, measured.head)
+
+
+def test_the_head_is_predicted_at_its_files_own_figure_and_a_new_head_file_is_measured_again(here, tiny_pair, monkeypatch):
     def offer(path, at_position_1, seed):
-        figures = {"acceptance_by_position": [at_position_1], "read_text": {"acceptance": [at_position_1 + 0.1]}}
-        save_head(path, new_head(tiny_pair.target, Recipe(intermediate=32), seed), head_offer.target_key(tiny_pair),
-                  {"intermediate": 32}, figures)
-        monkeypatch.setattr(head_offer, "trained_path", lambda name: path)
-        return head_offer.offered_head(tiny_pair).stored.digest
+        return offer_head(tiny_pair, path, at_position_1, seed, monkeypatch)
 
     first = offer(here / "first.safetensors", 0.62, seed=0)
     measured = defaults_here.ensure(tiny_pair)
