@@ -1,6 +1,7 @@
-"""specdec.measure.choose on cost tables recorded on the three CPU kinds (tests/data/costs_*.json): the
-predicted fastest exact configuration is chosen, the int4 draft is not chosen where its c is 0.57,
-and no candidate is predicted slower than plain steps on its kernel."""
+"""specdec.measure.choose on cost tables recorded on the three CPU kinds (tests/data/costs_*.json; the AMD
+EPYC with AVX-512 twice: with w8a8 alone, and measured with both exact kernels): the predicted fastest
+exact configuration is chosen, the int4 draft is not chosen where its c is 0.57, and no candidate is
+predicted slower than plain steps on its kernel."""
 
 import json
 from pathlib import Path
@@ -13,7 +14,7 @@ from specdec.measure import choose
 from specdec.measure.passcost import DraftCost, PassCosts
 
 DATA = Path(__file__).resolve().parent / "data"
-KINDS = ("amd_avx2", "amd_avx512", "intel_amx")
+KINDS = ("amd_avx2", "amd_avx512", "amd_avx512_exact", "intel_amx")
 
 
 def recorded_tables(kind: str):
@@ -51,6 +52,20 @@ def test_on_the_amd_avx512_machine_the_int4_draft_does_not_pay_and_is_not_chosen
     assert int4.why.startswith("drafting would cost more than it saves here: c = 0.57")
     assert m.chosen.draft_variant != "int4" and m.chosen.k > 0 and m.chosen.tok_s > m.plain_here.tok_s
     assert m.defaults().draft_variant != "int4"
+
+
+def test_on_the_amd_avx512_machine_with_both_exact_kernels_the_head_on_w4a8_is_chosen():
+    """Measured there by `python -m specdec defaults`: w4a8's step is 0.66 of w8a8's, so a draft model
+    pass that pays on w8a8 (K = 1) costs too much of a w4a8 step, while the head's step (c 0.08) pays
+    on either kernel; and plain steps on w4a8 already beat every configuration on w8a8."""
+    m = measured("amd_avx512_exact")
+    assert (m.chosen.target_kernel, m.chosen.drafter) == ("w4a8", "head") and m.chosen.k > 0
+    assert m.defaults().drafter == "auto_both" and m.defaults().target_kernel == "w4a8"
+    models = {(c.target_kernel, c.draft_variant): c for c in m.candidates if c.drafter == "model"}
+    assert all(c.k == 0 for (kernel, _), c in models.items() if kernel == "w4a8")
+    assert all(c.k > 0 for (kernel, _), c in models.items() if kernel == "w8a8")
+    fastest_w8a8 = max(c.tok_s for c in m.candidates if c.target_kernel == "w8a8")
+    assert m.chosen.tok_s > m.plain_here.tok_s > fastest_w8a8  # plain steps on w4a8 beat anything on w8a8 there
 
 
 def test_on_the_amx_machine_the_cheap_int4_draft_is_chosen():
