@@ -70,7 +70,11 @@ class Visitor:
         self.defaults = {p["label"]: p["parameter_default"] for p in params}
 
     def args(self, **settings) -> list:
-        values = dict(self.defaults, **{LABELS.get(k, k): v for k, v in settings.items()})
+        named = {LABELS.get(k, k): v for k, v in settings.items()}
+        unknown = sorted(set(named) - set(self.labels))
+        if unknown:  # a misspelt setting would otherwise be sent as the page's default, unnoticed
+            raise ValueError(f"/generate has no setting {', '.join(map(repr, unknown))}; its settings: {', '.join(self.labels)}")
+        values = dict(self.defaults, **named)
         return [values[label] for label in self.labels]
 
     def submit(self, **settings):
@@ -99,4 +103,5 @@ LABELS = {"prompt": "Prompt", "pair": "Model pair", "drafter": "Drafter", "k": "
           "top_p": "Top-p", "max_new_tokens": "Max new tokens", "top_k": "Top-k (0 = off)", "seed": "Seed",
           "compare": "Compare with plain decoding", "show_rejected": "Show rejected draft tokens",
           "draft_variant": "Draft variant", "plain_int4": "Plain decoding, int4 target (lossy)",
-          "cost_k": "K from this machine's pass costs (0 where drafting would not pay)"}
+          "cost_k": "K from this machine's pass costs (0 where drafting would not pay)", "target_kernel": "Target kernel",
+          "runner": "Runner", "engine": "Engine", "adaptive": "Adaptive K (+2 after a full accept, -1 otherwise)"}

@@ -334,6 +334,10 @@ def test_a_head_for_another_target_is_refused_by_name(tiny_pair, bigram_head, mo
     monkeypatch.setattr(head_offer, "trained_path", lambda name: tmp_path / "none.safetensors")
     with pytest.raises(ValueError, match="no head trained for this pair"):
         build_decoding(tiny_pair, [1, 2, 3], head_config())
+    # an API client that switches pairs but keeps the page's auto drafter is told which drafter, and what to choose instead
+    with pytest.raises(ValueError, match=r"^drafter 'auto_both' drafts with the trained head, which is not offered for pair "
+                                         r"'tiny-random': no head trained for this pair .*; choose model, lookup or auto$"):
+        build_decoding(tiny_pair, [1, 2, 3], head_config(drafter="auto_both"))
 
 
 def test_the_cost_policy_prices_the_head_by_its_own_step(tiny_pair, monkeypatch, tmp_path):

@@ -47,7 +47,7 @@ def build_decoding(pair: ModelPair, prompt_ids: list[int], config: GenerationCon
     if config.uses_draft_model and pair.draft is None:
         raise ValueError(f"drafter {config.drafter!r} needs a draft model, and pair {pair.name!r} has none")
     if config.uses_head:
-        require_head(pair)
+        require_head(pair, config.drafter)
     if detailed:
         config = replace(config, runner="eager")
     parts = run_parts(pair, config, costs, RecordingRunner if detailed else Runner)

@@ -140,11 +140,15 @@ def offered_head(pair) -> HeadOffer:
     return kept[1]
 
 
-def require_head(pair) -> StoredHead:
-    """The pair's offered head (offered_head); ValueError saying why when it has none."""
+def require_head(pair, drafter: str = "head") -> StoredHead:
+    """The pair's offered head (offered_head); ValueError saying why when it has none, naming the
+    `drafter` asked for (auto_head and auto_both draft with the head too)."""
     offer = offered_head(pair)
     if offer.stored is None:
-        raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+        if drafter == "head":
+            raise ValueError(f"drafter 'head' is not offered for pair {pair.name!r}: {offer.reason}")
+        raise ValueError(f"drafter {drafter!r} drafts with the trained head, which is not offered for pair {pair.name!r}: "
+                         f"{offer.reason}; choose model, lookup or auto")
     return offer.stored
 
 
