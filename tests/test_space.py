@@ -72,8 +72,8 @@ def test_bad_input_through_the_api_is_named(visitor, settings, message):
 def test_the_client_names_a_setting_the_endpoint_does_not_have(visitor):
     with pytest.raises(ValueError, match=r"/generate has no setting 'target_kernal'; its settings: .*Target kernel"):
         visitor.run(prompt="def f(x):", target_kernal="w4a8")
-    status = status_line(visitor.run(prompt="def f(x):", max_new_tokens=8, target_kernel="dense", runner="eager")[0])
-    assert status.startswith("tiny-random: target dense, eager runner"), status
+    status = status_line(visitor.run(prompt="def f(x):", max_new_tokens=8, target_kernel="int8", runner="static")[0])
+    assert status.startswith("tiny-random: target int8, static runner"), status  # both sent, not the page's defaults
 
 
 def test_awkward_text_is_served_and_escaped(visitor):
