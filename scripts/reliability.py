@@ -121,10 +121,10 @@ def pair_switch(url: str, start_s: float, report: list[str]) -> None:
     first_after, done_after, _ = default_runs()
     # with the settings the page sets when its pair changes to tiny-random (app.advanced.pair_defaults):
     # the embedded pair's drafter may be one tiny-random has no head for
-    from app.advanced import PAIR_CONTROLS, defaults as page_defaults
+    from app.advanced import PAIR_CONTROLS, pair_defaults
     from specdec.models.pair import pick_device
 
-    tiny_settings = {name: getattr(page_defaults("tiny-random", pick_device()), name) for name in PAIR_CONTROLS}
+    tiny_settings = dict(zip(PAIR_CONTROLS, pair_defaults("tiny-random", pick_device())))  # its line, last, left out
     tiny = call(visitor, prompt="def f(x):", pair="tiny-random", max_new_tokens=8, **tiny_settings)
     first_back, done_back, _ = default_runs()
     report += ["## Switching pairs (embedded pair as the default)", "",
